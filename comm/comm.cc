@@ -1,0 +1,210 @@
+#include "comm/comm.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/errors.h"
+#include "core/timer.h"
+
+namespace psar {
+
+namespace {
+constexpr int kTagBarrier = Comm::kReservedTagBase + 1;
+constexpr int kTagGatherSize = Comm::kReservedTagBase + 2;
+constexpr int kTagGatherData = Comm::kReservedTagBase + 3;
+constexpr int kTagBcast = Comm::kReservedTagBase + 4;
+}  // namespace
+
+bool RequestImpl::wait_for(double seconds) {
+  const double deadline = now_seconds() + seconds;
+  for (;;) {
+    if (test()) return true;
+    if (now_seconds() >= deadline) return false;
+    sched_yield();  // ranks may outnumber cores: never hog one
+  }
+}
+
+// ---- Request ---------------------------------------------------------------------
+
+Request::Request(Comm* comm, std::unique_ptr<RequestImpl> impl)
+    : comm_(comm), impl_(std::move(impl)) {}
+
+Request::~Request() = default;
+
+bool Request::test() {
+  if (!impl_) return true;
+  if (impl_->test()) {
+    impl_.reset();
+    return true;
+  }
+  return false;
+}
+
+void Request::wait() {
+  if (!impl_) return;
+  const double timeout = comm_->timeout();
+  if (!impl_->wait_for(timeout)) {
+    throw TimeoutError(comm_->context(impl_->describe() + " timed out after " +
+                                      std::to_string(timeout) + " s"));
+  }
+  impl_.reset();
+}
+
+void wait_all(std::span<Request> requests) {
+  for (auto& r : requests) r.wait();
+}
+
+// ---- Comm --------------------------------------------------------------------------
+
+std::string Comm::context(const std::string& what) const {
+  std::string s = "rank " + std::to_string(rank_) + ": ";
+  if (!operation_.empty()) s += operation_ + ": ";
+  return s + what;
+}
+
+void Comm::check_peer(int peer, const char* op) const {
+  if (peer < 0 || peer >= size_)
+    throw CommError(context(std::string(op) + " to/from rank " + std::to_string(peer) +
+                            " outside communicator of size " + std::to_string(size_)));
+}
+
+Request Comm::isend(int peer, std::span<const std::byte> data, int tag) {
+  check_peer(peer, "send");
+  counters_.bytes_sent += static_cast<int64_t>(data.size());
+  counters_.messages_sent += 1;
+  try {
+    return Request(this, post_send(peer, data, tag));
+  } catch (const TimeoutError&) {
+    throw;
+  } catch (const CommError& e) {
+    throw CommError(context(e.what()));
+  }
+}
+
+Request Comm::irecv(int peer, std::span<std::byte> data, int tag) {
+  check_peer(peer, "recv");
+  counters_.bytes_recv += static_cast<int64_t>(data.size());
+  counters_.messages_recv += 1;
+  return Request(this, post_recv(peer, data, tag));
+}
+
+void Comm::send(int peer, std::span<const std::byte> data, int tag) {
+  isend(peer, data, tag).wait();
+}
+
+void Comm::recv(int peer, std::span<std::byte> data, int tag) { irecv(peer, data, tag).wait(); }
+
+void Comm::sendrecv(int dst, std::span<const std::byte> send_data, int src,
+                    std::span<std::byte> recv_data, int tag) {
+  Request r = irecv(src, recv_data, tag);
+  Request s = isend(dst, send_data, tag);
+  r.wait();
+  s.wait();
+}
+
+Comm::OpScope::OpScope(Comm& comm, std::string name) : comm_(comm), saved_(comm.operation_) {
+  comm_.operation_ = saved_.empty() ? std::move(name) : saved_ + "/" + name;
+}
+Comm::OpScope::~OpScope() { comm_.operation_ = std::move(saved_); }
+
+// The control plane below is deliberately simple (linear through rank 0): it
+// carries a few bytes at start-up and per epoch, never gradients. Its traffic
+// is kept out of the counters so byte accounting of collectives stays exact.
+
+void Comm::barrier() {
+  const CommCounters saved = counters_;
+  OpScope op(*this, "barrier");
+  std::byte token{};
+  if (rank_ == 0) {
+    for (int r = 1; r < size_; ++r) recv(r, std::span<std::byte>(&token, 1), kTagBarrier);
+    for (int r = 1; r < size_; ++r) send(r, std::span<const std::byte>(&token, 1), kTagBarrier);
+  } else {
+    send(0, std::span<const std::byte>(&token, 1), kTagBarrier);
+    recv(0, std::span<std::byte>(&token, 1), kTagBarrier);
+  }
+  counters_ = saved;
+}
+
+std::vector<std::vector<std::byte>> Comm::allgather_bytes(std::span<const std::byte> mine) {
+  const CommCounters saved = counters_;
+  OpScope op(*this, "allgather (control)");
+  std::vector<std::vector<std::byte>> all(static_cast<size_t>(size_));
+  if (rank_ == 0) {
+    all[0].assign(mine.begin(), mine.end());
+    for (int r = 1; r < size_; ++r) {
+      uint64_t n = 0;
+      recv(r, std::as_writable_bytes(std::span<uint64_t>(&n, 1)), kTagGatherSize);
+      all[r].resize(n);
+      recv(r, std::span<std::byte>(all[r]), kTagGatherData);
+    }
+  } else {
+    uint64_t n = mine.size();
+    send(0, std::as_bytes(std::span<const uint64_t>(&n, 1)), kTagGatherSize);
+    send(0, mine, kTagGatherData);
+  }
+  // Rank 0 sends the concatenation (sizes first) back to everyone.
+  std::vector<uint64_t> sizes(static_cast<size_t>(size_));
+  if (rank_ == 0)
+    for (int r = 0; r < size_; ++r) sizes[r] = all[r].size();
+  broadcast_bytes(std::as_writable_bytes(std::span<uint64_t>(sizes)), 0);
+  size_t total = 0;
+  for (auto s : sizes) total += s;
+  std::vector<std::byte> flat(total);
+  if (rank_ == 0) {
+    size_t off = 0;
+    for (auto& v : all) {
+      std::memcpy(flat.data() + off, v.data(), v.size());
+      off += v.size();
+    }
+  }
+  broadcast_bytes(std::span<std::byte>(flat), 0);
+  size_t off = 0;
+  for (int r = 0; r < size_; ++r) {
+    all[r].assign(flat.begin() + static_cast<ptrdiff_t>(off),
+                  flat.begin() + static_cast<ptrdiff_t>(off + sizes[r]));
+    off += sizes[r];
+  }
+  counters_ = saved;
+  return all;
+}
+
+void Comm::broadcast_bytes(std::span<std::byte> data, int root) {
+  const CommCounters saved = counters_;
+  OpScope op(*this, "broadcast (control)");
+  check_peer(root, "broadcast");
+  if (rank_ == root) {
+    std::vector<Request> reqs;
+    for (int r = 0; r < size_; ++r)
+      if (r != root) reqs.push_back(isend(r, std::span<const std::byte>(data), kTagBcast));
+    wait_all(reqs);
+  } else {
+    recv(root, data, kTagBcast);
+  }
+  counters_ = saved;
+}
+
+double Comm::allreduce_sum(double value) {
+  const auto all = allgather_bytes(std::as_bytes(std::span<const double>(&value, 1)));
+  double sum = 0;  // same order on every rank: identical result everywhere
+  for (const auto& v : all) {
+    double x;
+    std::memcpy(&x, v.data(), sizeof x);
+    sum += x;
+  }
+  return sum;
+}
+
+double Comm::allreduce_max(double value) {
+  const auto all = allgather_bytes(std::as_bytes(std::span<const double>(&value, 1)));
+  double best = value;
+  for (const auto& v : all) {
+    double x;
+    std::memcpy(&x, v.data(), sizeof x);
+    best = std::max(best, x);
+  }
+  return best;
+}
+
+}  // namespace psar

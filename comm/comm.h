@@ -1,0 +1,164 @@
+#pragma once
+// Comm: the point-to-point interface a communicator offers. Custom collectives
+// (allreduce/), tensor- and pipeline-parallel traffic use only this. Two
+// transports implement it: MPI (real runs under mpirun) and in-process (ranks
+// as threads, for hermetic tests).
+//
+// Semantics, on every transport:
+//  - Messages between one (source, destination, tag) triple arrive in order.
+//  - A receive must be posted with exactly the size that was sent: any other
+//    size is a CommError naming the peer and both sizes (sizes that disagree
+//    across ranks never corrupt memory silently).
+//  - Every wait has a deadline (timeout(), default 60 s); when it passes, a
+//    TimeoutError names the operation, the peer and the tag.
+//  - A send may complete before the receive is posted (buffered/eager).
+//  - Counters record bytes and messages per rank, counted when posted.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace psar {
+
+struct CommCounters {
+  int64_t bytes_sent = 0;
+  int64_t bytes_recv = 0;
+  int64_t messages_sent = 0;
+  int64_t messages_recv = 0;
+};
+
+class RequestImpl {
+ public:
+  virtual ~RequestImpl() = default;
+  // Non-blocking progress: true once complete. Throws CommError on failure.
+  virtual bool test() = 0;
+  // Blocks up to `seconds`; true once complete. The default polls test().
+  virtual bool wait_for(double seconds);
+  // "recv from rank 3 (tag 7, 4096 bytes)"
+  virtual std::string describe() const = 0;
+};
+
+class Comm;
+
+// A pending non-blocking operation. Move-only; wait() before the buffer dies.
+class Request {
+ public:
+  Request() = default;
+  Request(Comm* comm, std::unique_ptr<RequestImpl> impl);
+  Request(Request&&) noexcept = default;
+  Request& operator=(Request&&) noexcept = default;
+  ~Request();
+
+  bool valid() const { return impl_ != nullptr; }
+  bool test();
+  // Waits until complete or the communicator's deadline; throws TimeoutError then.
+  void wait();
+
+ private:
+  Comm* comm_ = nullptr;
+  std::unique_ptr<RequestImpl> impl_;
+};
+
+void wait_all(std::span<Request> requests);
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  virtual std::string transport() const = 0;  // "mpi", "inproc"
+
+  // ---- point-to-point (bytes) ----
+  Request isend(int peer, std::span<const std::byte> data, int tag = 0);
+  Request irecv(int peer, std::span<std::byte> data, int tag = 0);
+  void send(int peer, std::span<const std::byte> data, int tag = 0);
+  void recv(int peer, std::span<std::byte> data, int tag = 0);
+  // Sends to `dst` and receives from `src` concurrently.
+  void sendrecv(int dst, std::span<const std::byte> send_data, int src,
+                std::span<std::byte> recv_data, int tag = 0);
+
+  // ---- typed conveniences ----
+  template <typename T>
+  Request isend(int peer, std::span<const T> data, int tag = 0) {
+    return isend(peer, std::as_bytes(data), tag);
+  }
+  template <typename T>
+  Request irecv(int peer, std::span<T> data, int tag = 0) {
+    return irecv(peer, std::as_writable_bytes(data), tag);
+  }
+  template <typename T>
+  void send(int peer, std::span<const T> data, int tag = 0) {
+    send(peer, std::as_bytes(data), tag);
+  }
+  template <typename T>
+  void recv(int peer, std::span<T> data, int tag = 0) {
+    recv(peer, std::as_writable_bytes(data), tag);
+  }
+  template <typename T>
+  void sendrecv(int dst, std::span<const T> s, int src, std::span<T> r, int tag = 0) {
+    sendrecv(dst, std::as_bytes(s), src, std::as_writable_bytes(r), tag);
+  }
+
+  // ---- sub-communicators ----
+  // Collective over this communicator: ranks with the same color form a new
+  // communicator, ordered by (key, rank).
+  virtual std::unique_ptr<Comm> split(int color, int key) = 0;
+
+  // ---- control plane (small, not for data; built on point-to-point) ----
+  void barrier();
+  // Every rank contributes `mine`; returns all contributions in rank order.
+  std::vector<std::vector<std::byte>> allgather_bytes(std::span<const std::byte> mine);
+  // Root's `data` is copied into every rank's `data` (sizes must agree).
+  void broadcast_bytes(std::span<std::byte> data, int root);
+  double allreduce_sum(double value);
+  double allreduce_max(double value);
+
+  // ---- counters and deadlines ----
+  const CommCounters& counters() const { return counters_; }
+  void reset_counters() { counters_ = {}; }
+  double timeout() const { return timeout_s_; }
+  void set_timeout(double seconds) { timeout_s_ = seconds; }
+
+  // Names the collective in progress, for error messages: errors raised while
+  // a scope is alive read "ring allreduce: recv from rank 2 ... timed out".
+  class OpScope {
+   public:
+    OpScope(Comm& comm, std::string name);
+    ~OpScope();
+    OpScope(const OpScope&) = delete;
+    OpScope& operator=(const OpScope&) = delete;
+
+   private:
+    Comm& comm_;
+    std::string saved_;
+  };
+  const std::string& operation() const { return operation_; }
+
+  // Tags at or above this are reserved for the control plane.
+  static constexpr int kReservedTagBase = 1 << 24;
+
+ protected:
+  Comm(int rank, int size) : rank_(rank), size_(size) {}
+  virtual std::unique_ptr<RequestImpl> post_send(int peer, std::span<const std::byte> data,
+                                                 int tag) = 0;
+  virtual std::unique_ptr<RequestImpl> post_recv(int peer, std::span<std::byte> data,
+                                                 int tag) = 0;
+  // Prefixes `what` with the current operation and the rank: for error texts.
+  std::string context(const std::string& what) const;
+  void check_peer(int peer, const char* op) const;
+
+  int rank_ = 0;
+  int size_ = 1;
+
+ private:
+  friend class Request;
+  CommCounters counters_;
+  double timeout_s_ = 60.0;
+  std::string operation_;
+};
+
+}  // namespace psar

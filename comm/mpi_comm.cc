@@ -1,0 +1,142 @@
+#include "comm/mpi_comm.h"
+
+#include <climits>
+#include <cstdlib>
+
+#include "core/errors.h"
+
+namespace psar {
+
+namespace {
+
+std::string mpi_error_string(int rc) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, buf, &len);
+  return std::string(buf, static_cast<size_t>(len));
+}
+
+int checked_count(size_t bytes) {
+  if (bytes > static_cast<size_t>(INT_MAX))
+    throw CommError("message of " + std::to_string(bytes) + " bytes exceeds MPI's int count");
+  return static_cast<int>(bytes);
+}
+
+// An MPI request; frees it with MPI_Cancel if abandoned while pending.
+class MpiRequest final : public RequestImpl {
+ public:
+  MpiRequest(MPI_Request req, bool is_recv, int peer, int tag, size_t bytes)
+      : req_(req), is_recv_(is_recv), peer_(peer), tag_(tag), bytes_(bytes) {}
+
+  ~MpiRequest() override {
+    if (req_ != MPI_REQUEST_NULL) {
+      MPI_Cancel(&req_);
+      MPI_Request_free(&req_);
+    }
+  }
+
+  bool test() override {
+    if (req_ == MPI_REQUEST_NULL) return true;
+    int flag = 0;
+    MPI_Status status;
+    const int rc = MPI_Test(&req_, &flag, &status);
+    if (rc != MPI_SUCCESS) {
+      req_ = MPI_REQUEST_NULL;
+      if (is_recv_ && (rc == MPI_ERR_TRUNCATE || status.MPI_ERROR == MPI_ERR_TRUNCATE))
+        throw CommError(describe() + ": the message is larger than expected (sizes disagree "
+                                     "across ranks)");
+      throw CommError(describe() + ": " + mpi_error_string(rc));
+    }
+    if (!flag) return false;
+    if (is_recv_) {
+      int got = 0;
+      MPI_Get_count(&status, MPI_BYTE, &got);
+      if (static_cast<size_t>(got) != bytes_)
+        throw CommError(describe() + ": expected " + std::to_string(bytes_) + " bytes, got " +
+                        std::to_string(got) + " (sizes disagree across ranks)");
+    }
+    return true;
+  }
+
+  std::string describe() const override {
+    return std::string(is_recv_ ? "recv from" : "send to") + " rank " + std::to_string(peer_) +
+           " (tag " + std::to_string(tag_) + ", " + std::to_string(bytes_) + " bytes)";
+  }
+
+ private:
+  MPI_Request req_;
+  bool is_recv_;
+  int peer_, tag_;
+  size_t bytes_;
+};
+
+}  // namespace
+
+void mpi_check(int rc, const char* what, const char* file, int line) {
+  if (rc != MPI_SUCCESS)
+    throw CommError(std::string(what) + " failed at " + file + ":" + std::to_string(line) + ": " +
+                    mpi_error_string(rc));
+}
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  int provided = 0;
+  // Only the main thread calls MPI (PS server threads use ZeroMQ).
+  PSAR_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+MpiRuntime::~MpiRuntime() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void MpiRuntime::abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+bool MpiRuntime::initialized() {
+  int flag = 0;
+  MPI_Initialized(&flag);
+  return flag != 0;
+}
+
+MpiComm::MpiComm(MPI_Comm comm) : Comm(0, 1) {
+  PSAR_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+  PSAR_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  PSAR_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  PSAR_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+MpiComm::~MpiComm() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+std::unique_ptr<Comm> MpiComm::split(int color, int key) {
+  MPI_Comm sub = MPI_COMM_NULL;
+  PSAR_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
+  auto c = std::make_unique<MpiComm>(sub);
+  MPI_Comm_free(&sub);
+  c->set_timeout(timeout());
+  return c;
+}
+
+std::unique_ptr<RequestImpl> MpiComm::post_send(int peer, std::span<const std::byte> data,
+                                                int tag) {
+  MPI_Request req;
+  PSAR_MPI_CHECK(MPI_Isend(data.data(), checked_count(data.size()), MPI_BYTE, peer, tag, comm_,
+                           &req));
+  return std::make_unique<MpiRequest>(req, false, peer, tag, data.size());
+}
+
+std::unique_ptr<RequestImpl> MpiComm::post_recv(int peer, std::span<std::byte> data, int tag) {
+  MPI_Request req;
+  PSAR_MPI_CHECK(MPI_Irecv(data.data(), checked_count(data.size()), MPI_BYTE, peer, tag, comm_,
+                           &req));
+  return std::make_unique<MpiRequest>(req, true, peer, tag, data.size());
+}
+
+}  // namespace psar

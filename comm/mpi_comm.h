@@ -1,0 +1,51 @@
+#pragma once
+// MPI transport: real runs under mpirun. MpiRuntime owns MPI_Init/Finalize;
+// MpiComm wraps a duplicated MPI communicator (errors returned, never fatal,
+// so every failure becomes a CommError with the peer's name).
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "comm/comm.h"
+
+namespace psar {
+
+class MpiRuntime {
+ public:
+  MpiRuntime(int* argc, char*** argv);
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+  // Ends every process of the job now (after an unrecoverable error on one rank).
+  [[noreturn]] static void abort(int code);
+  static bool initialized();
+};
+
+class MpiComm final : public Comm {
+ public:
+  // Duplicates `comm` (the caller keeps ownership of its handle).
+  explicit MpiComm(MPI_Comm comm);
+  ~MpiComm() override;
+
+  std::string transport() const override { return "mpi"; }
+  std::unique_ptr<Comm> split(int color, int key) override;
+  // The raw handle, for the `mpi` allreduce backend (the measured peer) only.
+  MPI_Comm handle() const { return comm_; }
+
+ protected:
+  std::unique_ptr<RequestImpl> post_send(int peer, std::span<const std::byte> data,
+                                         int tag) override;
+  std::unique_ptr<RequestImpl> post_recv(int peer, std::span<std::byte> data, int tag) override;
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+// Throws CommError with MPI's error string if rc is not MPI_SUCCESS.
+void mpi_check(int rc, const char* what, const char* file, int line);
+
+}  // namespace psar
+
+#define PSAR_MPI_CHECK(call) ::psar::mpi_check((call), #call, __FILE__, __LINE__)

@@ -1,0 +1,213 @@
+#include "core/ops.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/errors.h"
+#include "core/rng.h"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace psar::ops {
+
+namespace {
+int blas_int(int64_t v) {
+  PSAR_CHECK(v >= 0 && v <= std::numeric_limits<int>::max(), "GEMM dimension ", v,
+             " does not fit a BLAS int");
+  return static_cast<int>(v);
+}
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, blas_int(M), blas_int(N), blas_int(K), alpha, A,
+              blas_int(lda), B, blas_int(ldb), beta, C, blas_int(ldc));
+}
+
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t B, int64_t C_in, int64_t C_out) {
+  float beta = 0.0f;
+  if (bias) {
+    for (int64_t b = 0; b < B; ++b) std::copy_n(bias, C_out, out + b * C_out);
+    beta = 1.0f;
+  }
+  gemm(false, false, B, C_out, C_in, 1.0f, inp, C_in, weight, C_out, beta, out, C_out);
+}
+
+void linear_backward_input(float* dinp, const float* dout, const float* weight, int64_t B,
+                           int64_t C_in, int64_t C_out, bool accumulate) {
+  gemm(false, true, B, C_in, C_out, 1.0f, dout, C_out, weight, C_out, accumulate ? 1.0f : 0.0f,
+       dinp, C_in);
+}
+
+void linear_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                            int64_t B, int64_t C_in, int64_t C_out) {
+  gemm(true, false, C_in, C_out, B, 1.0f, inp, C_in, dout, C_out, 1.0f, dweight, C_out);
+  if (dbias) {
+    for (int64_t b = 0; b < B; ++b) {
+      const float* row = dout + b * C_out;
+      for (int64_t j = 0; j < C_out; ++j) dbias[j] += row[j];
+    }
+  }
+}
+
+void relu_forward(float* out, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+void relu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+void gelu_forward(float* out, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float cube = 0.044715f * x * x * x;
+    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + cube)));
+  }
+}
+
+void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float cube = 0.044715f * x * x * x;
+    const float t = std::tanh(kGeluScale * (x + cube));
+    const float sech2 = 1.0f - t * t;
+    const float local = 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = local * dout[i];
+  }
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t N, int64_t C) {
+  constexpr double kEps = 1e-5;
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = inp + i * C;
+    double m = 0.0;
+    for (int64_t j = 0; j < C; ++j) m += x[j];
+    m /= static_cast<double>(C);
+    double v = 0.0;
+    for (int64_t j = 0; j < C; ++j) v += (x[j] - m) * (x[j] - m);
+    v /= static_cast<double>(C);
+    const float s = static_cast<float>(1.0 / std::sqrt(v + kEps));
+    const float mf = static_cast<float>(m);
+    float* y = out + i * C;
+    for (int64_t j = 0; j < C; ++j) y[j] = (x[j] - mf) * s * weight[j] + bias[j];
+    mean[i] = mf;
+    rstd[i] = s;
+  }
+}
+
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+                              const float* weight, const float* mean, const float* rstd,
+                              int64_t N, int64_t C, bool accumulate) {
+  for (int64_t i = 0; i < N; ++i) {
+    const float* dy = dout + i * C;
+    const float* x = inp + i * C;
+    // dnorm = dy · weight; dx = rstd · (dnorm − mean(dnorm) − norm · mean(dnorm · norm))
+    double sum_dn = 0.0, sum_dn_norm = 0.0;
+    for (int64_t j = 0; j < C; ++j) {
+      const double norm = (x[j] - mean[i]) * rstd[i];
+      const double dn = dy[j] * weight[j];
+      sum_dn += dn;
+      sum_dn_norm += dn * norm;
+    }
+    const double a = sum_dn / static_cast<double>(C), b = sum_dn_norm / static_cast<double>(C);
+    float* dx = dinp + i * C;
+    for (int64_t j = 0; j < C; ++j) {
+      const double norm = (x[j] - mean[i]) * rstd[i];
+      const float g = static_cast<float>(rstd[i] * (dy[j] * weight[j] - a - norm * b));
+      dx[j] = accumulate ? dx[j] + g : g;
+    }
+  }
+}
+
+void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* mean, const float* rstd, int64_t N, int64_t C) {
+  for (int64_t i = 0; i < N; ++i) {
+    const float* dy = dout + i * C;
+    const float* x = inp + i * C;
+    for (int64_t j = 0; j < C; ++j) {
+      dweight[j] += dy[j] * (x[j] - mean[i]) * rstd[i];
+      dbias[j] += dy[j];
+    }
+  }
+}
+
+double softmax_cross_entropy(const float* logits, const int32_t* targets, int64_t B, int64_t V,
+                             float* dlogits, float grad_scale) {
+  double total = 0.0;
+  for (int64_t b = 0; b < B; ++b) {
+    const float* z = logits + b * V;
+    const int32_t t = targets[b];
+    PSAR_CHECK(t >= 0 && t < V, "target ", t, " outside [0, ", V, ")");
+    float zmax = z[0];
+    for (int64_t j = 1; j < V; ++j) zmax = std::max(zmax, z[j]);
+    double sum = 0.0;
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(static_cast<double>(z[j] - zmax));
+    const double log_sum = std::log(sum);
+    total += log_sum - static_cast<double>(z[t] - zmax);
+    if (dlogits) {
+      float* dz = dlogits + b * V;
+      const double s = static_cast<double>(grad_scale) / static_cast<double>(B);
+      for (int64_t j = 0; j < V; ++j) {
+        const double p = std::exp(static_cast<double>(z[j] - zmax) - log_sum);
+        dz[j] = static_cast<float>(s * (p - (j == t ? 1.0 : 0.0)));
+      }
+    }
+  }
+  return B > 0 ? total / static_cast<double>(B) : 0.0;
+}
+
+int64_t count_correct(const float* logits, const int32_t* targets, int64_t B, int64_t V) {
+  int64_t correct = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const float* z = logits + b * V;
+    correct += (std::max_element(z, z + V) - z) == targets[b];
+  }
+  return correct;
+}
+
+void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed,
+                     uint64_t stream, uint64_t first) {
+  if (p <= 0.0f) {
+    std::copy_n(inp, n, out);
+    return;
+  }
+  const float keep_scale = 1.0f / (1.0f - p);
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = Philox::uniform(seed, stream, first + i) >= p ? inp[i] * keep_scale : 0.0f;
+}
+
+void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64_t seed,
+                      uint64_t stream, uint64_t first) {
+  dropout_forward(dinp, dout, n, p, seed, stream, first);  // same mask, same scale
+}
+
+void add_inplace(float* __restrict dst, const float* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+void add(float* __restrict dst, const float* __restrict a, const float* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = a[i] + b[i];
+}
+
+void scale(float* x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void set_blas_threads(int n) { openblas_set_num_threads(std::max(1, n)); }
+
+}  // namespace psar::ops

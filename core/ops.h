@@ -1,0 +1,74 @@
+#pragma once
+// Layer kernels with explicit forward and backward (llm.c style): plain
+// functions over raw row-major buffers, shapes written beside each argument.
+// Backward of a layer with weights is split into an input-gradient half and a
+// weight-gradient half so pipeline schedules (zero-bubble) can reorder them.
+// Weight-gradient halves ACCUMULATE (+=) so micro-batches sum naturally.
+
+#include <cstdint>
+
+namespace psar::ops {
+
+// ---- linear: out = inp · weight + bias --------------------------------------
+// inp: [B, C_in]   weight: [C_in, C_out]   bias: [C_out] or nullptr   out: [B, C_out]
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t B, int64_t C_in, int64_t C_out);
+// dinp = dout · weightᵀ (dinp: [B, C_in]); accumulate adds instead of overwriting.
+void linear_backward_input(float* dinp, const float* dout, const float* weight, int64_t B,
+                           int64_t C_in, int64_t C_out, bool accumulate = false);
+// dweight += inpᵀ · dout (dweight: [C_in, C_out]); dbias += Σ_rows dout (if non-null).
+void linear_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                            int64_t B, int64_t C_in, int64_t C_out);
+
+// ---- plain GEMM: C = alpha · op(A) · op(B) + beta · C (row-major) ---------------
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc);
+
+// ---- elementwise activations (n elements) -------------------------------------
+void relu_forward(float* out, const float* inp, int64_t n);
+void relu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
+// GeLU, tanh approximation (as in GPT-2 and Megatron).
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
+
+// ---- layer norm over the last dimension -----------------------------------------
+// inp, out: [N, C]; weight, bias: [C]; mean, rstd: [N] saved for backward.
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t N, int64_t C);
+// dinp is overwritten (or accumulated); dweight, dbias accumulate.
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+                              const float* weight, const float* mean, const float* rstd,
+                              int64_t N, int64_t C, bool accumulate = false);
+void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* mean, const float* rstd, int64_t N, int64_t C);
+
+// ---- softmax cross-entropy ------------------------------------------------------
+// logits: [B, V]; targets: [B]. Returns the mean loss over the B rows. If
+// dlogits is non-null it receives grad_scale · ∂(mean loss)/∂logits.
+double softmax_cross_entropy(const float* logits, const int32_t* targets, int64_t B, int64_t V,
+                             float* dlogits, float grad_scale = 1.0f);
+// Number of rows whose argmax equals the target.
+int64_t count_correct(const float* logits, const int32_t* targets, int64_t B, int64_t V);
+
+// ---- dropout with a counter-based mask ----------------------------------------------
+// Element i is kept iff uniform(seed, stream, first + i) >= p; kept values are
+// scaled by 1/(1-p). The mask depends only on global positions, so a shard of a
+// tensor sees exactly the serial model's mask.
+void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed,
+                     uint64_t stream, uint64_t first);
+void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64_t seed,
+                      uint64_t stream, uint64_t first);
+
+// ---- reductions used by collectives -----------------------------------------------
+// dst[i] += src[i]
+void add_inplace(float* dst, const float* src, int64_t n);
+// dst[i] = a[i] + b[i]
+void add(float* dst, const float* a, const float* b, int64_t n);
+// x[i] *= s
+void scale(float* x, float s, int64_t n);
+
+// Sets OpenBLAS's thread count (1 when several ranks share the cores).
+void set_blas_threads(int n);
+
+}  // namespace psar::ops

@@ -1,0 +1,80 @@
+#pragma once
+// ParamStore: every parameter of a model in ONE contiguous arena and every
+// gradient in another of the same layout, with named views into both.
+// Synchronization backends see the arenas as flat spans; layers see tensors.
+//
+// Usage: add() every parameter (name, shape, init), then finalize() once.
+// Initial values depend only on (seed, name, element index), so every rank,
+// and a tensor-parallel shard cutting a slice out of the full tensor, gets the
+// same numbers.
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace psar {
+
+struct Init {
+  enum class Kind { kZeros, kOnes, kNormal, kUniform } kind = Kind::kZeros;
+  float a = 0.0f;  // stddev for normal, lower bound for uniform
+  float b = 0.0f;  // upper bound for uniform
+  static Init zeros() { return {Kind::kZeros}; }
+  static Init ones() { return {Kind::kOnes}; }
+  static Init normal(float stddev) { return {Kind::kNormal, stddev}; }
+  static Init uniform(float lo, float hi) { return {Kind::kUniform, lo, hi}; }
+};
+
+struct ParamInfo {
+  std::string name;
+  Shape shape;
+  int64_t offset = 0;  // in floats, into both arenas
+  int64_t numel = 0;
+  Init init;
+};
+
+class ParamStore {
+ public:
+  // Registers a parameter; returns its index. Only before finalize().
+  int add(const std::string& name, Shape shape, Init init);
+  // Allocates the arenas and initializes every parameter from `seed`.
+  void finalize(uint64_t seed);
+
+  bool finalized() const { return finalized_; }
+  int64_t size() const { return total_; }  // floats in each arena
+  const std::vector<ParamInfo>& infos() const { return infos_; }
+  const ParamInfo& info(const std::string& name) const;
+
+  Tensor param(int index);
+  Tensor grad(int index);
+  Tensor param(const std::string& name) { return param(index_of(name)); }
+  Tensor grad(const std::string& name) { return grad(index_of(name)); }
+
+  std::span<float> params() { return {params_.data(), params_.size()}; }
+  std::span<float> grads() { return {grads_.data(), grads_.size()}; }
+  std::span<const float> params() const { return {params_.data(), params_.size()}; }
+  std::span<const float> grads() const { return {grads_.data(), grads_.size()}; }
+
+  void zero_grads();
+
+  // Fills `out` with the values parameter `info` would get from `seed`, for
+  // elements [first, first + out.size()) of its flattened full tensor.
+  static void initialize(const ParamInfo& info, uint64_t seed, std::span<float> out,
+                         int64_t first = 0);
+
+ private:
+  int index_of(const std::string& name) const;
+
+  std::vector<ParamInfo> infos_;
+  std::unordered_map<std::string, int> by_name_;
+  std::vector<float> params_;
+  std::vector<float> grads_;
+  int64_t total_ = 0;
+  bool finalized_ = false;
+};
+
+}  // namespace psar

@@ -1,0 +1,29 @@
+#include "trainer/allreduce_sync.h"
+
+#include "core/ops.h"
+
+namespace psar {
+
+AllreduceSync::AllreduceSync(Comm& comm, std::unique_ptr<Allreducer> algorithm,
+                             const OptimizerOptions& optimizer, int64_t size)
+    : comm_(comm), algorithm_(std::move(algorithm)), optimizer_(make_optimizer(optimizer, size)) {}
+
+void AllreduceSync::step(std::span<float> params, std::span<float> grads) {
+  algorithm_->allreduce(comm_, grads);
+  if (comm_.size() > 1)
+    ops::scale(grads.data(), 1.0f / static_cast<float>(comm_.size()),
+               static_cast<int64_t>(grads.size()));
+  optimizer_->step(params, grads);
+}
+
+SyncSetup make_allreduce_sync(const std::string& algorithm, SyncInit& init) {
+  AllreduceOptions options;
+  options.segment_bytes = init.config.get_bytes("sync.segment_bytes");
+  SyncSetup setup;
+  setup.workers = &init.world;
+  setup.sync = std::make_unique<AllreduceSync>(init.world, make_allreducer(algorithm, options),
+                                               init.optimizer, init.params.size());
+  return setup;
+}
+
+}  // namespace psar

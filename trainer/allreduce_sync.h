@@ -1,0 +1,26 @@
+#pragma once
+// The allreduce-backed GradientSync: sum the gradients with an Allreducer over
+// the data-parallel communicator, divide by its size, step the local optimizer.
+
+#include "allreduce/allreducer.h"
+#include "trainer/gradient_sync.h"
+
+namespace psar {
+
+class AllreduceSync final : public GradientSync {
+ public:
+  AllreduceSync(Comm& comm, std::unique_ptr<Allreducer> algorithm,
+                const OptimizerOptions& optimizer, int64_t size);
+  std::string name() const override { return algorithm_->name(); }
+  void step(std::span<float> params, std::span<float> grads) override;
+  CommCounters counters() const override { return comm_.counters(); }
+
+ private:
+  Comm& comm_;
+  std::unique_ptr<Allreducer> algorithm_;
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+SyncSetup make_allreduce_sync(const std::string& algorithm, SyncInit& init);
+
+}  // namespace psar

@@ -1,0 +1,38 @@
+#pragma once
+// The `psar` command line: subcommands in one table (commands.cc). Every
+// subcommand accepts `--set dotted.key=value` (collected into `overrides`).
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace psar {
+
+class Comm;
+
+struct CliContext {
+  std::vector<std::string> args;       // after the subcommand name, --set removed
+  std::vector<std::string> overrides;  // "key=value" from every --set
+  // The MPI world, created on first use (subcommands that need no MPI never start it).
+  Comm& world();
+  int world_rank_hint() const;  // rank from the launcher's environment, before MPI starts
+
+  std::unique_ptr<Comm> world_;
+};
+
+struct Subcommand {
+  const char* name;     // "train", "bench allreduce", ...
+  int (*run)(CliContext&);
+  const char* summary;
+};
+
+std::span<const Subcommand> subcommands();
+
+// Subcommands, one file each.
+int cmd_train(CliContext&);
+int cmd_bench_allreduce(CliContext&);
+int cmd_bench_ps(CliContext&);
+int cmd_schedule(CliContext&);
+
+}  // namespace psar

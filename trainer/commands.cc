@@ -1,0 +1,17 @@
+#include "trainer/cli.h"
+
+namespace psar {
+
+namespace {
+constexpr Subcommand kCommands[] = {
+    {"train", &cmd_train, "train a model: psar train CONFIG.yaml [--sync NAME] [--out DIR]"},
+    {"bench allreduce", &cmd_bench_allreduce,
+     "allreduce sweep, nccl-tests style: --algos ring,mpi -b 4K -e 64M -f 2 -n 20 -w 5"},
+    {"bench ps", &cmd_bench_ps, "parameter-server push+pull sweep beside raw ZeroMQ"},
+    {"schedule", &cmd_schedule, "print a pipeline schedule: --kind 1f1b --stages 4 --microbatches 8"},
+};
+}  // namespace
+
+std::span<const Subcommand> subcommands() { return kCommands; }
+
+}  // namespace psar

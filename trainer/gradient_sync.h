@@ -1,0 +1,67 @@
+#pragma once
+// GradientSync: the one seam between the training loop and gradient
+// synchronization. The trainer calls step() once per step on the flat
+// parameter and gradient arenas; every backend — each allreduce algorithm,
+// the parameter server, NCCL — sits behind it and is chosen by name
+// (`--sync ring`). Adding a backend: one file and one line in sync_registry.cc.
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/comm.h"
+#include "core/config.h"
+#include "core/optim.h"
+#include "core/param_store.h"
+
+namespace psar {
+
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  virtual std::string name() const = 0;
+  // After backward on every worker: leaves in `params` the next step's
+  // parameters, as if `optimizer` had stepped on the average of all workers'
+  // gradients. `grads` may be overwritten.
+  virtual void step(std::span<float> params, std::span<float> grads) = 0;
+  // Traffic this backend moved from this rank so far.
+  virtual CommCounters counters() const = 0;
+};
+
+// What a backend is built from. Every rank of `world` calls the factory
+// collectively, after the model's ParamStore is finalized (identical initial
+// parameters everywhere).
+struct SyncInit {
+  Comm& world;
+  const Config& config;
+  const ParamStore& params;
+  OptimizerOptions optimizer;
+};
+
+struct SyncSetup {
+  // The backend, on worker ranks; null on a dedicated server rank.
+  std::unique_ptr<GradientSync> sync;
+  // The data-parallel communicator of the workers. For allreduce backends it
+  // is the world; the parameter server with dedicated servers splits them off.
+  Comm* workers = nullptr;
+  std::unique_ptr<Comm> owned_workers;
+  // Set on a dedicated server rank instead of `sync`: serves until the job ends.
+  std::function<void()> serve;
+};
+
+struct SyncEntry {
+  const char* name;
+  SyncSetup (*make)(SyncInit&);
+  const char* summary;
+};
+
+// Backends other than the allreduce algorithms (which are all available by
+// their own names through the allreduce registry).
+std::span<const SyncEntry> sync_registry();
+std::vector<std::string> sync_names();  // every name --sync accepts
+// Throws ConfigError listing the choices for an unknown name.
+SyncSetup make_gradient_sync(const std::string& name, SyncInit& init);
+
+}  // namespace psar

@@ -1,0 +1,85 @@
+// psar — entry point. Chooses the subcommand, turns errors into exit codes:
+//   0 success, 2 bad input (config, data, usage), 1 anything else.
+// A run-time failure on one rank of a multi-rank job ends the whole job
+// (MPI_Abort) so that no process is left waiting on a dead peer.
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "comm/mpi_comm.h"
+#include "core/errors.h"
+#include "trainer/cli.h"
+
+namespace {
+
+void usage(FILE* out) {
+  std::fprintf(out, "usage: psar <command> [args] [--set key=value ...]\n\ncommands:\n");
+  for (const auto& c : psar::subcommands()) std::fprintf(out, "  %-16s %s\n", c.name, c.summary);
+  std::fprintf(out, "\nRun under mpirun for several ranks, e.g.\n"
+                    "  mpirun -np 4 build/trainer/psar train experiments/quickstart.yaml\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace psar;
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  CliContext ctx;
+  const Subcommand* cmd = nullptr;
+  int first_arg = 2;
+  for (const auto& c : subcommands()) {
+    // Two-word commands ("bench allreduce") match two arguments.
+    const std::string name = c.name;
+    const auto space = name.find(' ');
+    if (space == std::string::npos) {
+      if (name == argv[1]) cmd = &c, first_arg = 2;
+    } else if (argc >= 3 && name.substr(0, space) == argv[1] && name.substr(space + 1) == argv[2]) {
+      cmd = &c, first_arg = 3;
+    }
+  }
+  const int rank = ctx.world_rank_hint();
+  if (!cmd) {
+    if (rank == 0) {
+      std::fprintf(stderr, "psar: unknown command '%s'\n\n", argv[1]);
+      usage(stderr);
+    }
+    return 2;
+  }
+  for (int i = first_arg; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--set")) {
+      if (i + 1 >= argc) {
+        if (rank == 0) std::fprintf(stderr, "psar: --set needs key=value\n");
+        return 2;
+      }
+      ctx.overrides.push_back(argv[++i]);
+    } else if (!std::strncmp(argv[i], "--set=", 6)) {
+      ctx.overrides.push_back(argv[i] + 6);
+    } else {
+      ctx.args.push_back(argv[i]);
+    }
+  }
+  const bool multi_rank = [] {
+    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+      if (const char* s = std::getenv(v)) return std::atoi(s) > 1;
+    return false;
+  }();
+  try {
+    return cmd->run(ctx);
+  } catch (const ConfigError& e) {
+    // Every rank sees the same configuration: one report is enough.
+    if (rank == 0) std::fprintf(stderr, "psar: config error: %s\n", e.what());
+    return 2;
+  } catch (const DataError& e) {
+    if (rank == 0) std::fprintf(stderr, "psar: data error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "psar: error on rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    if (multi_rank && MpiRuntime::initialized()) MpiRuntime::abort(1);
+    return 1;
+  }
+}

@@ -1,0 +1,40 @@
+#include <algorithm>
+
+#include "allreduce/allreducer.h"
+#include "core/errors.h"
+#include "trainer/allreduce_sync.h"
+#include "trainer/gradient_sync.h"
+
+namespace psar {
+
+namespace {
+// Backends beyond the allreduce algorithms; one line each.
+constexpr SyncEntry kBackends[] = {
+    {"", nullptr, ""},  // sentinel so the table is never empty
+};
+
+std::span<const SyncEntry> entries() {
+  return std::span<const SyncEntry>(kBackends).subspan(1);
+}
+}  // namespace
+
+std::span<const SyncEntry> sync_registry() { return entries(); }
+
+std::vector<std::string> sync_names() {
+  std::vector<std::string> names = allreducer_names();
+  for (const auto& e : entries()) names.push_back(e.name);
+  return names;
+}
+
+SyncSetup make_gradient_sync(const std::string& name, SyncInit& init) {
+  for (const auto& e : entries())
+    if (name == e.name) return e.make(init);
+  const auto algos = allreducer_names();
+  if (std::find(algos.begin(), algos.end(), name) != algos.end())
+    return make_allreduce_sync(name, init);
+  std::string known;
+  for (const auto& n : sync_names()) known += (known.empty() ? "" : ", ") + n;
+  throw ConfigError("sync.backend: unknown backend '" + name + "' (known: " + known + ")");
+}
+
+}  // namespace psar

@@ -1,0 +1,55 @@
+#pragma once
+// Model: a workload with explicit forward and backward over a ParamStore.
+// Models are chosen by `model.type` through the registry in registry.cc.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/param_store.h"
+#include "core/tensor.h"
+#include "workloads/dataset.h"
+
+namespace psar {
+
+struct Batch {
+  int64_t size = 0;
+  Tensor inputs;                 // [size, features]
+  std::vector<int32_t> targets;  // [size]
+};
+
+struct EvalStats {
+  double loss_sum = 0;  // summed over rows
+  int64_t correct = 0;
+  int64_t count = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual std::string name() const = 0;
+  // Registers every parameter; called once, before ParamStore::finalize().
+  virtual void declare(ParamStore& store) = 0;
+  // Takes views of the finalized store.
+  virtual void bind(ParamStore& store) = 0;
+  // Forward and backward of one batch: ADDS grad_scale · ∂(mean loss)/∂θ into
+  // the gradient arena and returns the mean loss over the batch.
+  virtual double forward_backward(const Batch& batch, float grad_scale) = 0;
+  // Forward only: loss and accuracy counts.
+  virtual EvalStats evaluate(const Batch& batch) = 0;
+};
+
+struct ModelEntry {
+  const char* name;
+  std::unique_ptr<Model> (*make)(const Config& config, const Dataset& data);
+};
+
+// Throws ConfigError for an unknown model.type.
+std::unique_ptr<Model> make_model(const Config& config, const Dataset& data);
+
+// Data for the configured `data.dataset`, truncated as configured.
+DatasetPair load_dataset(const Config& config);
+
+}  // namespace psar

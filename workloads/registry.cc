@@ -1,0 +1,43 @@
+#include "core/errors.h"
+#include "workloads/mlp.h"
+#include "workloads/model.h"
+
+namespace psar {
+
+namespace {
+// Adding a model: its own file and one line here.
+constexpr ModelEntry kModels[] = {
+    {"mlp", &make_mlp},
+};
+}  // namespace
+
+std::unique_ptr<Model> make_model(const Config& config, const Dataset& data) {
+  const std::string type = config.get_string("model.type");
+  for (const auto& m : kModels)
+    if (type == m.name) return m.make(config, data);
+  std::string known;
+  for (const auto& m : kModels) known += (known.empty() ? "" : ", ") + std::string(m.name);
+  throw ConfigError("model.type: '" + type + "' is not available in `psar train` (known: " +
+                    known + ")");
+}
+
+DatasetPair load_dataset(const Config& config) {
+  const std::string kind = config.get_string("data.dataset");
+  DatasetPair d;
+  if (kind == "fashion_mnist") {
+    d = load_fashion_mnist(config.get_string("data.path"));
+  } else if (kind == "synthetic") {
+    d = make_synthetic(config.get_int("data.synthetic_samples"),
+                       config.get_int("data.synthetic_features"),
+                       config.get_int("data.synthetic_classes"),
+                       static_cast<uint64_t>(config.get_int("train.seed")));
+  } else {
+    throw ConfigError("data.dataset: '" + kind + "' is not available for model.type " +
+                      config.get_string("model.type"));
+  }
+  d.train.truncate(config.get_int("data.train_limit"));
+  d.test.truncate(config.get_int("data.test_limit"));
+  return d;
+}
+
+}  // namespace psar

@@ -98,6 +98,21 @@ const KeySpec* Schema::find(const std::string& key) const {
   return it == keys_.end() ? nullptr : &it->second;
 }
 
+std::string Schema::suggest_section(const std::string& name) const {
+  std::string best;
+  size_t best_d = std::max<size_t>(2, name.size() / 4) + 1;
+  for (const auto& [k, _] : keys_) {
+    auto parts = split_key(k);
+    for (size_t n = 1; n < parts.size(); ++n) {
+      std::string prefix = parts[0];
+      for (size_t i = 1; i < n; ++i) prefix += "." + parts[i];
+      const size_t d = edit_distance(name, prefix);
+      if (d < best_d) best_d = d, best = prefix;
+    }
+  }
+  return best;
+}
+
 bool Schema::is_section(const std::string& prefix) const {
   const std::string p = prefix + ".";
   auto it = keys_.lower_bound(p);
@@ -175,7 +190,8 @@ void Config::validate_tree(const YAML::Node& node, const std::string& prefix) co
       validate_tree(it->second, key);
     } else {
       std::string msg = origin_ + ": unknown config key '" + key + "'";
-      const std::string hint = schema_->suggest(key);
+      const std::string hint =
+          it->second.IsMap() ? schema_->suggest_section(key) : schema_->suggest(key);
       if (!hint.empty()) msg += " (did you mean '" + hint + "'?)";
       throw ConfigError(msg);
     }

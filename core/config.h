@@ -41,6 +41,8 @@ class Schema {
   const std::map<std::string, KeySpec>& keys() const { return keys_; }
   // Closest known key by edit distance, or "" if none is close.
   std::string suggest(const std::string& key) const;
+  // Closest known section ("optimiser" -> "optimizer"), or "".
+  std::string suggest_section(const std::string& name) const;
   // True if `prefix` is a section: some key starts with "prefix.".
   bool is_section(const std::string& prefix) const;
 

@@ -34,5 +34,6 @@ int cmd_train(CliContext&);
 int cmd_bench_allreduce(CliContext&);
 int cmd_bench_ps(CliContext&);
 int cmd_schedule(CliContext&);
+int cmd_keys(CliContext&);
 
 }  // namespace psar

@@ -1,0 +1,108 @@
+// The Comm contract on the MPI transport (run under mpirun -np 2 and 4).
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "comm/mpi_comm.h"
+#include "core/errors.h"
+
+namespace psar {
+namespace {
+
+using ::testing::HasSubstr;
+
+MpiComm& world() {
+  static MpiComm c(MPI_COMM_WORLD);
+  return c;
+}
+
+TEST(MpiComm, RingExchangeDeliversAndCounts) {
+  Comm& c = world();
+  c.reset_counters();
+  const int n = c.size(), r = c.rank();
+  std::vector<float> out(1000, static_cast<float>(r)), in(1000, -1);
+  c.sendrecv((r + 1) % n, std::span<const float>(out), (r + n - 1) % n, std::span<float>(in), 3);
+  for (float v : in) ASSERT_EQ(v, static_cast<float>((r + n - 1) % n));
+  EXPECT_EQ(c.counters().bytes_sent, 4000);
+  EXPECT_EQ(c.counters().messages_recv, 1);
+}
+
+TEST(MpiComm, LargerMessageThanPostedIsACommError) {
+  Comm& c = world();
+  if (c.rank() < 2) {
+    std::vector<char> buf(c.rank() == 0 ? 64 : 32);
+    if (c.rank() == 0) {
+      c.send(1, std::span<const char>(buf), 11);
+    } else {
+      try {
+        c.recv(0, std::span<char>(buf), 11);
+        ADD_FAILURE() << "no error";
+      } catch (const CommError& e) {
+        EXPECT_THAT(e.what(), HasSubstr("recv from rank 0"));
+      }
+    }
+  }
+  c.barrier();
+}
+
+TEST(MpiComm, SmallerMessageThanPostedIsACommError) {
+  Comm& c = world();
+  if (c.rank() < 2) {
+    std::vector<char> buf(c.rank() == 0 ? 16 : 32);
+    if (c.rank() == 0) {
+      c.send(1, std::span<const char>(buf), 12);
+    } else {
+      try {
+        c.recv(0, std::span<char>(buf), 12);
+        ADD_FAILURE() << "no error";
+      } catch (const CommError& e) {
+        EXPECT_THAT(e.what(), HasSubstr("expected 32 bytes, got 16"));
+      }
+    }
+  }
+  c.barrier();
+}
+
+TEST(MpiComm, MissingSenderTimesOutNamingThePeer) {
+  Comm& c = world();
+  if (c.rank() == 1) {
+    const double saved = c.timeout();
+    c.set_timeout(0.3);
+    float x;
+    try {
+      Comm::OpScope op(c, "test op");
+      c.recv(0, std::span<float>(&x, 1), 77);
+      ADD_FAILURE() << "no timeout";
+    } catch (const TimeoutError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("test op: recv from rank 0 (tag 77"));
+    }
+    c.set_timeout(saved);
+  }
+  c.barrier();
+}
+
+TEST(MpiComm, SplitAndControlPlane) {
+  Comm& c = world();
+  auto sub = c.split(c.rank() % 2, c.rank());
+  EXPECT_EQ(sub->size(), (c.size() + 1 - c.rank() % 2) / 2);
+  double expect = 0;
+  for (int r = c.rank() % 2; r < c.size(); r += 2) expect += r;
+  EXPECT_EQ(sub->allreduce_sum(c.rank()), expect);
+  EXPECT_EQ(c.allreduce_max(c.rank()), c.size() - 1);
+}
+
+}  // namespace
+}  // namespace psar
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  psar::MpiRuntime mpi(&argc, &argv);
+  // Only rank 0 prints gtest output; every rank's failures still fail the job.
+  if (psar::world().rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rc = RUN_ALL_TESTS();
+  const double failed = psar::world().allreduce_max(rc);
+  return failed != 0 ? 1 : 0;
+}

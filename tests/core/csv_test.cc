@@ -1,0 +1,44 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/csv.h"
+
+namespace psar {
+namespace {
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(Csv, QuotesFieldsThatNeedIt) {
+  CsvWriter w({"a", "b"});
+  w.row({"x,y", "say \"hi\""});
+  EXPECT_EQ(w.text(), "a,b\n\"x,y\",\"say \"\"hi\"\"\"\n");
+}
+
+TEST(Csv, AtomicFileAppearsOnlyOnCommit) {
+  const auto dir = std::filesystem::temp_directory_path() / "psar_csv_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "out.csv").string();
+  std::filesystem::remove(path);
+  {
+    AtomicFile f(path);
+    f.stream() << "half";
+    // destroyed without commit: as if the process crashed mid-write
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    ADD_FAILURE() << "left behind: " << e.path();
+  write_file_atomic(path, "whole\n");
+  EXPECT_EQ(read(path), "whole\n");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace psar

@@ -1,0 +1,141 @@
+// Bad input through the real `psar` binary: a clear message naming the field
+// or file, exit code 2, and no run directory left behind.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct Outcome {
+  int code = -1;
+  std::string output;
+};
+
+Outcome run(const std::string& cmd) {
+  Outcome o;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.output.append(buf.data(), n);
+  const int status = pclose(p);
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("psar_cli_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string config(const std::string& yaml) {
+    const auto path = dir_ / "c.yaml";
+    std::ofstream(path) << yaml;
+    return path.string();
+  }
+  // Runs `psar train` on one rank; the run directory must not appear on error.
+  Outcome train(const std::string& yaml, const std::string& extra = "") {
+    const std::string out = (dir_ / "run").string();
+    Outcome o = run(std::string(PSAR_BIN) + " train " + config(yaml) + " --out " + out + " " + extra);
+    if (o.code != 0) {
+      EXPECT_FALSE(fs::exists(out)) << "partial results left in " << out;
+    }
+    return o;
+  }
+
+  fs::path dir_;
+};
+
+const char* kGood =
+    "model: {type: mlp, hidden: [8]}\n"
+    "data: {dataset: synthetic, synthetic_samples: 256, synthetic_features: 6, synthetic_classes: 3}\n"
+    "train: {steps: 3, batch_size: 16}\n"
+    "sync: {backend: naive}\n";
+
+TEST_F(Cli, AGoodConfigRunsAndWritesItsFiles) {
+  const Outcome o = train(kGood);
+  EXPECT_EQ(o.code, 0) << o.output;
+  for (const char* f : {"config.yaml", "steps.csv", "summary.csv", "eval.csv"})
+    EXPECT_TRUE(fs::exists(dir_ / "run" / f)) << f;
+  std::ifstream in(dir_ / "run" / "steps.csv");
+  std::string header;
+  std::getline(in, header);
+  EXPECT_EQ(header, "rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages");
+}
+
+TEST_F(Cli, UnknownKeyIsNamed) {
+  const Outcome o = train(std::string(kGood) + "optimizer: {lrate: 0.1}\n");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("unknown config key 'optimizer.lrate'"));
+  EXPECT_THAT(o.output, HasSubstr("did you mean 'optimizer.lr'"));
+}
+
+TEST_F(Cli, WrongTypeIsNamed) {
+  const Outcome o = train(kGood, "--set train.batch_size=lots");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("train.batch_size: expected an integer, got 'lots'"));
+}
+
+TEST_F(Cli, MissingDatasetFileIsNamed) {
+  const Outcome o = train("train: {steps: 3}\ndata: {dataset: fashion_mnist, path: /nonexistent/fmnist}\n");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("/nonexistent/fmnist/train-images-idx3-ubyte"));
+  EXPECT_THAT(o.output, HasSubstr("not found"));
+}
+
+TEST_F(Cli, CorruptDatasetFileIsNamed) {
+  fs::create_directories(dir_ / "bad");
+  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"})
+    std::ofstream(dir_ / "bad" / f) << "not an idx file";
+  const Outcome o = train("train: {steps: 3}\ndata: {path: " + (dir_ / "bad").string() + "}\n");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("bad magic"));
+}
+
+TEST_F(Cli, MissingConfigFileIsNamed) {
+  const Outcome o = run(std::string(PSAR_BIN) + " train /nonexistent/exp.yaml");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("cannot open config file '/nonexistent/exp.yaml'"));
+}
+
+TEST_F(Cli, UnknownSyncBackendListsTheChoices) {
+  const Outcome o = train(kGood, "--sync rnig");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("unknown backend 'rnig'"));
+  EXPECT_THAT(o.output, HasSubstr("ring"));
+}
+
+TEST_F(Cli, StepsAndEpochsTogetherAreRejected) {
+  const Outcome o = train(kGood, "--set train.epochs=1");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("set exactly one of train.steps and train.epochs"));
+}
+
+TEST_F(Cli, AWorldSizeTheConfigCannotUseIsRejected) {
+  // 16 samples per batch cannot be split over 3 ranks.
+  const std::string out = (dir_ / "run").string();
+  const Outcome o = run(std::string(PSAR_MPIRUN) + " --allow-run-as-root --oversubscribe -np 3 " +
+                        PSAR_BIN + " train " + config(kGood) + " --out " + out);
+  EXPECT_NE(o.code, 0);
+  EXPECT_THAT(o.output, HasSubstr("train.batch_size 16 is not divisible by 3 data-parallel ranks"));
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(Cli, UnknownCommandAndMissingSetValue) {
+  EXPECT_EQ(run(std::string(PSAR_BIN) + " trian").code, 2);
+  EXPECT_EQ(run(std::string(PSAR_BIN) + " train " + config(kGood) + " --set").code, 2);
+}
+
+}  // namespace

@@ -1,0 +1,36 @@
+#pragma once
+// Small training configurations shared by the trainer tests.
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "trainer/schema.h"
+
+namespace psar::testing {
+
+// A 2-hidden-layer MLP on seeded synthetic data: fast, and every rank of any
+// world size gets whole slices of the 48-sample batch (1, 2, 3, 4, 6, 8 ranks).
+inline Config small_mlp_config(const std::string& sync, int steps = 20,
+                               const std::string& optimizer = "sgd") {
+  return Config::load_string(
+      "model: {type: mlp, hidden: [32, 16]}\n"
+      "data: {dataset: synthetic, synthetic_samples: 960, synthetic_features: 20, synthetic_classes: 5}\n"
+      "optimizer: {type: " + optimizer + ", lr: 0.05, momentum: 0.9}\n"
+      "train: {steps: " + std::to_string(steps) + ", batch_size: 48, seed: 3, log_every: 1000}\n"
+      "sync: {backend: " + sync + ", timeout: 20s}\n",
+      config_schema());
+}
+
+// ‖a − b‖₂ / ‖a‖₂
+inline double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
+    den += double{a[i]} * a[i];
+  }
+  return std::sqrt(num / den);
+}
+
+}  // namespace psar::testing

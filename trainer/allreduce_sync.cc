@@ -19,9 +19,10 @@ void AllreduceSync::step(std::span<float> params, std::span<float> grads) {
 SyncSetup make_allreduce_sync(const std::string& algorithm, SyncInit& init) {
   AllreduceOptions options;
   options.segment_bytes = init.config.get_bytes("sync.segment_bytes");
+  Comm& group = init.data_parallel ? *init.data_parallel : init.world;
   SyncSetup setup;
   setup.workers = &init.world;
-  setup.sync = std::make_unique<AllreduceSync>(init.world, make_allreducer(algorithm, options),
+  setup.sync = std::make_unique<AllreduceSync>(group, make_allreducer(algorithm, options),
                                                init.optimizer, init.params.size());
   return setup;
 }

@@ -38,6 +38,9 @@ struct SyncInit {
   const Config& config;
   const ParamStore& params;
   OptimizerOptions optimizer;
+  // The group whose gradients are averaged, when it is not the world (with
+  // tensor or pipeline parallelism: the data-parallel group of this rank).
+  Comm* data_parallel = nullptr;
 };
 
 struct SyncSetup {

@@ -11,6 +11,8 @@
 #include "core/ops.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "modelpar/grid.h"
+#include "allreduce/allreducer.h"
 #include "trainer/gradient_sync.h"
 #include "workloads/model.h"
 
@@ -43,14 +45,6 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
   return order;
 }
 
-void fill_batch(const Dataset& data, std::span<const int64_t> rows, Batch& batch) {
-  batch.size = static_cast<int64_t>(rows.size());
-  if (batch.inputs.numel() != batch.size * data.features())
-    batch.inputs.resize({batch.size, data.features()});
-  batch.targets.resize(rows.size());
-  data.gather(rows, batch.inputs.data(), batch.targets.data());
-}
-
 // Test loss and accuracy, the test set split evenly over the workers.
 EvalStats evaluate(Model& model, const Dataset& test, Comm& workers) {
   const int64_t n = test.size();
@@ -62,7 +56,7 @@ EvalStats evaluate(Model& model, const Dataset& test, Comm& workers) {
   for (int64_t start = lo; start < hi; start += kChunk) {
     rows.resize(static_cast<size_t>(std::min(kChunk, hi - start)));
     std::iota(rows.begin(), rows.end(), start);
-    fill_batch(test, rows, batch);
+    test.gather(rows, batch);
     const EvalStats s = model.evaluate(batch);
     total.loss_sum += s.loss_sum;
     total.correct += s.correct;
@@ -97,7 +91,27 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
 
   // ---- model, data, parameters: identical on every rank -------------------
   const DatasetPair data = load_dataset(config);
-  std::unique_ptr<Model> model = make_model(config, data.train);
+  const std::string sync_name = config.get_string("sync.backend");
+
+  // ---- model parallelism: the (p, t, d) grid --------------------------------
+  const int tp = static_cast<int>(config.get_int("parallel.tp"));
+  const int pp = static_cast<int>(config.get_int("parallel.pp"));
+  std::unique_ptr<ProcessGrid> grid;
+  std::unique_ptr<Allreducer> tp_allreduce;
+  ModelContext context;
+  if (tp != 1 || pp != 1) {
+    if (sync_name == "ps")
+      throw ConfigError("sync.backend ps runs data parallelism only; set parallel.tp and "
+                        "parallel.pp to 1, or choose an allreduce backend");
+    grid = std::make_unique<ProcessGrid>(world, make_grid_shape(world.size(), tp, pp));
+    if (pp != 1)
+      throw ConfigError("parallel.pp > 1: pipeline-parallel training is not in psar train yet; "
+                        "psar schedule simulates the schedules");
+    tp_allreduce = make_allreducer(config.get_string("parallel.tp_allreduce"));
+    context.tp = &grid->tp();
+    context.tp_allreduce = tp_allreduce.get();
+  }
+  std::unique_ptr<Model> model = make_model(config, *data.train, context);
   ParamStore store;
   model->declare(store);
   const auto seed = static_cast<uint64_t>(config.get_int("train.seed"));
@@ -110,10 +124,10 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
     throw ConfigError("set exactly one of train.steps and train.epochs");
   const int64_t batch_size = config.get_int("train.batch_size");
   if (batch_size <= 0) throw ConfigError("train.batch_size must be positive");
-  if (batch_size > data.train.size())
+  if (batch_size > data.train->size())
     throw ConfigError("train.batch_size " + std::to_string(batch_size) + " exceeds the " +
-                      std::to_string(data.train.size()) + " training samples");
-  const int64_t steps_per_epoch = data.train.size() / batch_size;
+                      std::to_string(data.train->size()) + " training samples");
+  const int64_t steps_per_epoch = data.train->size() / batch_size;
   const int64_t total_steps =
       has_steps ? config.get_int("train.steps")
                 : static_cast<int64_t>(std::ceil(config.get_float("train.epochs") * steps_per_epoch));
@@ -122,24 +136,24 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
   const int64_t eval_every = config.get_int("train.eval_every");
 
   // ---- gradient synchronization ----------------------------------------------
-  const std::string sync_name = config.get_string("sync.backend");
-  SyncInit init{world, config, store, optimizer_options(config)};
+  SyncInit init{world, config, store, optimizer_options(config), grid ? &grid->dp() : nullptr};
   SyncSetup setup = make_gradient_sync(sync_name, init);
   if (setup.serve) {
     setup.serve();
     result.server = true;
     return result;
   }
-  Comm& workers = *setup.workers;
+  Comm& workers = *setup.workers;                 // every rank that trains
+  Comm& dp = grid ? grid->dp() : workers;          // ranks that split the batch
   GradientSync& sync = *setup.sync;
-  const int N = workers.size(), me = workers.rank();
+  const int N = dp.size(), me = dp.rank();
   if (batch_size % N != 0)
     throw ConfigError("train.batch_size " + std::to_string(batch_size) + " is not divisible by " +
                       std::to_string(N) + " data-parallel ranks");
   const int64_t local_batch = batch_size / N;
   result.workers = N;
 
-  const bool lead = me == 0;
+  const bool lead = workers.rank() == 0;
   const bool write = lead && !options.out_dir.empty();
   if (write) {
     make_dirs(options.out_dir);
@@ -156,7 +170,7 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
   CommCounters before = sync.counters();
   double train_time = 0;
   auto run_eval = [&](int64_t step) {
-    const EvalStats s = evaluate(*model, data.test, workers);
+    const EvalStats s = evaluate(*model, *data.test, dp);
     result.test_accuracy = s.count ? static_cast<double>(s.correct) / s.count : 0.0;
     result.test_loss = s.count ? s.loss_sum / s.count : 0.0;
     evals.row({CsvWriter::num(step), CsvWriter::num(static_cast<double>(step) / steps_per_epoch),
@@ -170,12 +184,12 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
     const Stopwatch step_clock;
     const int64_t epoch = step / steps_per_epoch, pos = step % steps_per_epoch;
     if (epoch != order_epoch) {
-      order = epoch_order(data.train.size(), seed, epoch);
+      order = epoch_order(data.train->size(), seed, epoch);
       order_epoch = epoch;
     }
     const auto mine = std::span<const int64_t>(order).subspan(
         static_cast<size_t>(pos * batch_size + me * local_batch), static_cast<size_t>(local_batch));
-    fill_batch(data.train, mine, batch);
+    data.train->gather(mine, batch);
 
     store.zero_grads();
     double compute_s = 0, sync_s = 0, loss = 0;
@@ -198,7 +212,7 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
 
     const bool last = step + 1 == total_steps;
     if ((step + 1) % log_every == 0 || last) {
-      const double mean_loss = workers.allreduce_sum(loss) / N;
+      const double mean_loss = dp.allreduce_sum(loss) / N;
       if (lead && options.verbose) {
         const double sps = static_cast<double>(batch_size) * (step + 1) / train_time;
         const double eta = train_time / (step + 1) * static_cast<double>(total_steps - step - 1);
@@ -231,7 +245,7 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
   std::string mine_csv;
   for (const auto& r : rows) {
     char buf[320];
-    std::snprintf(buf, sizeof buf, "%d,%ld,%.6f,%.9g,%.9g,%.9g,%.9g,%ld,%ld,%ld\n", me,
+    std::snprintf(buf, sizeof buf, "%d,%ld,%.6f,%.9g,%.9g,%.9g,%.9g,%ld,%ld,%ld\n", workers.rank(),
                   static_cast<long>(r.step), r.epoch, r.loss, r.step_s, r.compute_s, r.sync_s,
                   static_cast<long>(r.bytes_sent), static_cast<long>(r.bytes_recv),
                   static_cast<long>(r.messages));

@@ -11,22 +11,27 @@
 
 namespace psar {
 
-Dataset::Dataset(int64_t features, int64_t classes, std::vector<float> x, std::vector<int32_t> y)
+ClassificationDataset::ClassificationDataset(int64_t features, int64_t classes,
+                                             std::vector<float> x, std::vector<int32_t> y)
     : features_(features), classes_(classes), x_(std::move(x)), y_(std::move(y)) {
   PSAR_CHECK(static_cast<int64_t>(x_.size()) == features_ * size(), "dataset shape mismatch");
 }
 
-void Dataset::gather(std::span<const int64_t> indices, float* x, int32_t* y) const {
+void ClassificationDataset::gather(std::span<const int64_t> indices, Batch& batch) const {
+  batch.size = static_cast<int64_t>(indices.size());
+  if (batch.inputs.numel() != batch.size * features_) batch.inputs.resize({batch.size, features_});
+  batch.targets.resize(indices.size());
+  float* x = batch.inputs.data();
   for (size_t i = 0; i < indices.size(); ++i) {
     const int64_t r = indices[i];
     PSAR_CHECK(r >= 0 && r < size(), "row ", r, " outside dataset of ", size());
     std::memcpy(x + static_cast<int64_t>(i) * features_, x_.data() + r * features_,
                 sizeof(float) * static_cast<size_t>(features_));
-    y[i] = y_[static_cast<size_t>(r)];
+    batch.targets[i] = y_[static_cast<size_t>(r)];
   }
 }
 
-void Dataset::truncate(int64_t n) {
+void ClassificationDataset::truncate(int64_t n) {
   if (n <= 0 || n >= size()) return;
   x_.resize(static_cast<size_t>(n * features_));
   y_.resize(static_cast<size_t>(n));
@@ -109,7 +114,7 @@ DatasetPair load_fashion_mnist(const std::string& dir) {
       y[i] = labels.data[static_cast<size_t>(i)];
       if (y[i] > 9) throw DataError("'" + lpath + "': label " + std::to_string(y[i]) + " > 9");
     }
-    return Dataset(features, 10, std::move(x), std::move(y));
+    return std::make_unique<ClassificationDataset>(features, 10, std::move(x), std::move(y));
   };
   double mean = -1, stddev = 1;
   DatasetPair pair;
@@ -139,7 +144,7 @@ DatasetPair make_synthetic(int64_t samples, int64_t features, int64_t classes, u
                                   static_cast<uint32_t>(classes));
       for (int64_t j = 0; j < features; ++j) x[i * features + j] += centres[y[i] * features + j];
     }
-    return Dataset(features, classes, std::move(x), std::move(y));
+    return std::make_unique<ClassificationDataset>(features, classes, std::move(x), std::move(y));
   };
   DatasetPair pair;
   pair.train = make(samples, fnv1a("synthetic.train"));

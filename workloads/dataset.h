@@ -5,24 +5,51 @@
 // mixture for fast hermetic tests.
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
+
 namespace psar {
 
+// One (micro-)batch. Classifiers use `inputs` [size, features] and `targets`
+// [size]; language models use `tokens` [size, seq] and `targets` [size, seq].
+struct Batch {
+  int64_t size = 0;
+  Tensor inputs;
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> targets;
+};
+
+// Samples addressed by index; the trainer picks indices, the dataset fills
+// the batch.
 class Dataset {
  public:
-  Dataset() = default;
-  Dataset(int64_t features, int64_t classes, std::vector<float> x, std::vector<int32_t> y);
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  // Input features per sample (classifiers) or 0.
+  virtual int64_t features() const { return 0; }
+  // Classes (classifiers) or vocabulary size (language models).
+  virtual int64_t classes() const = 0;
+  // Fills `batch` with samples `indices`.
+  virtual void gather(std::span<const int64_t> indices, Batch& batch) const = 0;
+  // Keeps only the first n samples (n <= 0 keeps all).
+  virtual void truncate(int64_t n) = 0;
+};
 
-  int64_t size() const { return static_cast<int64_t>(y_.size()); }
-  int64_t features() const { return features_; }
-  int64_t classes() const { return classes_; }
-  // Copies rows `indices` into x: [n, features] and y: [n].
-  void gather(std::span<const int64_t> indices, float* x, int32_t* y) const;
-  // Keeps only the first n rows (n <= 0 keeps all).
-  void truncate(int64_t n);
+// Rows of float features with an integer class, in memory.
+class ClassificationDataset final : public Dataset {
+ public:
+  ClassificationDataset(int64_t features, int64_t classes, std::vector<float> x,
+                        std::vector<int32_t> y);
+
+  int64_t size() const override { return static_cast<int64_t>(y_.size()); }
+  int64_t features() const override { return features_; }
+  int64_t classes() const override { return classes_; }
+  void gather(std::span<const int64_t> indices, Batch& batch) const override;
+  void truncate(int64_t n) override;
 
  private:
   int64_t features_ = 0, classes_ = 0;
@@ -31,7 +58,7 @@ class Dataset {
 };
 
 struct DatasetPair {
-  Dataset train, test;
+  std::unique_ptr<Dataset> train, test;
 };
 
 // Reads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `dir`. Pixels

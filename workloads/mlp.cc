@@ -90,7 +90,7 @@ EvalStats Mlp::evaluate(const Batch& batch) {
   return s;
 }
 
-std::unique_ptr<Model> make_mlp(const Config& config, const Dataset& data) {
+std::unique_ptr<Model> make_mlp(const Config& config, const Dataset& data, const ModelContext&) {
   MlpOptions o;
   o.inputs = data.features();
   o.classes = data.classes();

@@ -37,6 +37,6 @@ class Mlp final : public Model {
   Tensor dcur_, dprev_;
 };
 
-std::unique_ptr<Model> make_mlp(const Config& config, const Dataset& data);
+std::unique_ptr<Model> make_mlp(const Config& config, const Dataset& data, const ModelContext&);
 
 }  // namespace psar

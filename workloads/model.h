@@ -14,12 +14,6 @@
 
 namespace psar {
 
-struct Batch {
-  int64_t size = 0;
-  Tensor inputs;                 // [size, features]
-  std::vector<int32_t> targets;  // [size]
-};
-
 struct EvalStats {
   double loss_sum = 0;  // summed over rows
   int64_t correct = 0;
@@ -41,13 +35,26 @@ class Model {
   virtual EvalStats evaluate(const Batch& batch) = 0;
 };
 
+class Comm;
+class Allreducer;
+
+// What a model is built with besides its config and data.
+struct ModelContext {
+  // Tensor-parallel group (parallel.tp ranks, adjacent in the world) and the
+  // algorithm its all-reduces use; null/size 1 when there is none.
+  Comm* tp = nullptr;
+  Allreducer* tp_allreduce = nullptr;
+};
+
 struct ModelEntry {
   const char* name;
-  std::unique_ptr<Model> (*make)(const Config& config, const Dataset& data);
+  std::unique_ptr<Model> (*make)(const Config& config, const Dataset& data,
+                                 const ModelContext& context);
 };
 
 // Throws ConfigError for an unknown model.type.
-std::unique_ptr<Model> make_model(const Config& config, const Dataset& data);
+std::unique_ptr<Model> make_model(const Config& config, const Dataset& data,
+                                  const ModelContext& context = {});
 
 // Data for the configured `data.dataset`, truncated as configured.
 DatasetPair load_dataset(const Config& config);

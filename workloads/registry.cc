@@ -11,10 +11,11 @@ constexpr ModelEntry kModels[] = {
 };
 }  // namespace
 
-std::unique_ptr<Model> make_model(const Config& config, const Dataset& data) {
+std::unique_ptr<Model> make_model(const Config& config, const Dataset& data,
+                                  const ModelContext& context) {
   const std::string type = config.get_string("model.type");
   for (const auto& m : kModels)
-    if (type == m.name) return m.make(config, data);
+    if (type == m.name) return m.make(config, data, context);
   std::string known;
   for (const auto& m : kModels) known += (known.empty() ? "" : ", ") + std::string(m.name);
   throw ConfigError("model.type: '" + type + "' is not available in `psar train` (known: " +
@@ -35,8 +36,8 @@ DatasetPair load_dataset(const Config& config) {
     throw ConfigError("data.dataset: '" + kind + "' is not available for model.type " +
                       config.get_string("model.type"));
   }
-  d.train.truncate(config.get_int("data.train_limit"));
-  d.test.truncate(config.get_int("data.test_limit"));
+  d.train->truncate(config.get_int("data.train_limit"));
+  d.test->truncate(config.get_int("data.test_limit"));
   return d;
 }
 

@@ -1,5 +1,7 @@
 #include "comm/comm.h"
 
+#include "comm/netem.h"
+
 #include <sched.h>
 
 #include <algorithm>
@@ -31,25 +33,56 @@ bool RequestImpl::wait_for(double seconds) {
 Request::Request(Comm* comm, std::unique_ptr<RequestImpl> impl)
     : comm_(comm), impl_(std::move(impl)) {}
 
+Request::Request(Comm* comm, std::unique_ptr<RequestImpl> impl, double ready_at, Nic* nic,
+                 size_t recv_bytes)
+    : comm_(comm), impl_(std::move(impl)), ready_at_(ready_at), recv_nic_(nic),
+      recv_bytes_(recv_bytes) {}
+
 Request::~Request() = default;
 
+void Request::transport_done() {
+  if (recv_nic_) ready_at_ = recv_nic_->arrive(recv_bytes_, impl_->stamp());
+  impl_.reset();
+}
+
+// Transports name the peer in their errors; the operation in progress is
+// added here, so an error inside a collective reads "rank 1: ring allreduce: …".
 bool Request::test() {
-  if (!impl_) return true;
-  if (impl_->test()) {
-    impl_.reset();
-    return true;
+  if (impl_) {
+    bool done = false;
+    try {
+      done = impl_->test();
+    } catch (const TimeoutError&) {
+      throw;
+    } catch (const CommError& e) {
+      throw CommError(comm_->context(e.what()));
+    }
+    if (!done) return false;
+    transport_done();
   }
-  return false;
+  // Network emulation: not before the modelled completion time.
+  return ready_at_ <= 0 || now_seconds() >= ready_at_;
 }
 
 void Request::wait() {
-  if (!impl_) return;
-  const double timeout = comm_->timeout();
-  if (!impl_->wait_for(timeout)) {
-    throw TimeoutError(comm_->context(impl_->describe() + " timed out after " +
-                                      std::to_string(timeout) + " s"));
+  if (impl_) {
+    const double timeout = comm_->timeout();
+    bool done = false;
+    try {
+      done = impl_->wait_for(timeout);
+    } catch (const TimeoutError&) {
+      throw;
+    } catch (const CommError& e) {
+      throw CommError(comm_->context(e.what()));
+    }
+    if (!done) {
+      throw TimeoutError(comm_->context(impl_->describe() + " timed out after " +
+                                        std::to_string(timeout) + " s"));
+    }
+    transport_done();
   }
-  impl_.reset();
+  if (ready_at_ > 0) wait_until(ready_at_);
+  ready_at_ = 0;
 }
 
 void wait_all(std::span<Request> requests) {
@@ -75,7 +108,9 @@ Request Comm::isend(int peer, std::span<const std::byte> data, int tag) {
   counters_.bytes_sent += static_cast<int64_t>(data.size());
   counters_.messages_sent += 1;
   try {
-    return Request(this, post_send(peer, data, tag));
+    if (!nic_) return Request(this, post_send(peer, data, tag, 0.0));
+    const double egress_end = nic_->depart(data.size(), now_seconds());
+    return Request(this, post_send(peer, data, tag, egress_end), egress_end, nullptr, 0);
   } catch (const TimeoutError&) {
     throw;
   } catch (const CommError& e) {
@@ -87,7 +122,8 @@ Request Comm::irecv(int peer, std::span<std::byte> data, int tag) {
   check_peer(peer, "recv");
   counters_.bytes_recv += static_cast<int64_t>(data.size());
   counters_.messages_recv += 1;
-  return Request(this, post_recv(peer, data, tag));
+  if (!nic_) return Request(this, post_recv(peer, data, tag));
+  return Request(this, post_recv(peer, data, tag), 0.0, nic_.get(), data.size());
 }
 
 void Comm::send(int peer, std::span<const std::byte> data, int tag) {

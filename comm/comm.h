@@ -39,7 +39,12 @@ class RequestImpl {
   virtual bool wait_for(double seconds);
   // "recv from rank 3 (tag 7, 4096 bytes)"
   virtual std::string describe() const = 0;
+  // A completed receive: the emulated egress-end time its sender attached
+  // (network emulation only; 0 otherwise).
+  virtual double stamp() const { return 0; }
 };
+
+class Nic;
 
 class Comm;
 
@@ -48,6 +53,10 @@ class Request {
  public:
   Request() = default;
   Request(Comm* comm, std::unique_ptr<RequestImpl> impl);
+  // With network emulation: a send completes no earlier than `ready_at`; a
+  // receive (nic set) is delivered when the receiving NIC's model says.
+  Request(Comm* comm, std::unique_ptr<RequestImpl> impl, double ready_at, Nic* nic,
+          size_t recv_bytes);
   Request(Request&&) noexcept = default;
   Request& operator=(Request&&) noexcept = default;
   ~Request();
@@ -58,8 +67,14 @@ class Request {
   void wait();
 
  private:
+  // Called once the transport completed: when the emulated network delivers.
+  void transport_done();
+
   Comm* comm_ = nullptr;
   std::unique_ptr<RequestImpl> impl_;
+  double ready_at_ = 0;
+  Nic* recv_nic_ = nullptr;
+  size_t recv_bytes_ = 0;
 };
 
 void wait_all(std::span<Request> requests);
@@ -117,6 +132,12 @@ class Comm {
   double allreduce_sum(double value);
   double allreduce_max(double value);
 
+  // ---- network emulation (comm/netem.h) ----
+  // Every message this rank sends or receives passes through `nic`
+  // (null = no emulation). Sub-communicators split later share it.
+  void set_network(std::shared_ptr<Nic> nic) { nic_ = std::move(nic); }
+  const std::shared_ptr<Nic>& network() const { return nic_; }
+
   // ---- counters and deadlines ----
   const CommCounters& counters() const { return counters_; }
   void reset_counters() { counters_ = {}; }
@@ -143,8 +164,10 @@ class Comm {
 
  protected:
   Comm(int rank, int size) : rank_(rank), size_(size) {}
+  // `stamp` is the emulated egress-end time to carry to the receiver when
+  // network emulation is on (network() set); transports then attach it.
   virtual std::unique_ptr<RequestImpl> post_send(int peer, std::span<const std::byte> data,
-                                                 int tag) = 0;
+                                                 int tag, double stamp) = 0;
   virtual std::unique_ptr<RequestImpl> post_recv(int peer, std::span<std::byte> data,
                                                  int tag) = 0;
   // Prefixes `what` with the current operation and the rank: for error texts.
@@ -156,6 +179,7 @@ class Comm {
 
  private:
   friend class Request;
+  std::shared_ptr<Nic> nic_;
   CommCounters counters_;
   double timeout_s_ = 60.0;
   std::string operation_;

@@ -36,11 +36,13 @@ struct Failures {
 struct PendingRecv {
   std::span<std::byte> buffer;
   bool done = false;
+  double stamp = 0;  // sender's emulated egress end (network emulation)
   std::string error;
 };
 
 struct Message {
   std::vector<std::byte> data;
+  double stamp = 0;
 };
 
 // One mailbox per destination rank.
@@ -168,6 +170,7 @@ class InProcRecvRequest final : public RequestImpl {
     return "recv from rank " + std::to_string(src_) + " (tag " + std::to_string(tag_) + ", " +
            std::to_string(pending_->buffer.size()) + " bytes)";
   }
+  double stamp() const override { return pending_->stamp; }
 
  private:
   std::shared_ptr<InProcWorld> world_;
@@ -206,12 +209,13 @@ class InProcComm final : public Comm {
     auto child = world_->child(seq, color, ranks);
     auto comm = std::make_unique<InProcComm>(child, my_new_rank);
     comm->set_timeout(timeout());
+    comm->set_network(network());
     return comm;
   }
 
  protected:
-  std::unique_ptr<RequestImpl> post_send(int peer, std::span<const std::byte> data,
-                                         int tag) override {
+  std::unique_ptr<RequestImpl> post_send(int peer, std::span<const std::byte> data, int tag,
+                                         double stamp) override {
     std::string what = "send to rank " + std::to_string(peer) + " (tag " + std::to_string(tag) +
                        ", " + std::to_string(data.size()) + " bytes)";
     const std::string failed = world_->failure_of(peer);
@@ -229,10 +233,11 @@ class InProcComm final : public Comm {
       } else if (!data.empty()) {
         std::memcpy(pending->buffer.data(), data.data(), data.size());
       }
+      pending->stamp = stamp;
       pending->done = true;
       box.cv.notify_all();
     } else {
-      box.unmatched[key].push_back(Message{{data.begin(), data.end()}});
+      box.unmatched[key].push_back(Message{{data.begin(), data.end()}, stamp});
       box.cv.notify_all();
     }
     return std::make_unique<DoneRequest>(std::move(what));
@@ -254,6 +259,7 @@ class InProcComm final : public Comm {
         } else if (!data.empty()) {
           std::memcpy(data.data(), msg.data.data(), data.size());
         }
+        pending->stamp = msg.stamp;
         pending->done = true;
       } else {
         box.posted[key].push_back(pending);

@@ -1,9 +1,13 @@
 #include "comm/mpi_comm.h"
 
+#include <sched.h>
+
 #include <climits>
 #include <cstdlib>
+#include <thread>
 
 #include "core/errors.h"
+#include "core/timer.h"
 
 namespace psar {
 
@@ -16,26 +20,60 @@ std::string mpi_error_string(int rc) {
   return std::string(buf, static_cast<size_t>(len));
 }
 
+// Whether a wait should give the core away between polls. The same policy as
+// the MPI library's own blocking calls, so that custom collectives and
+// MPI_Allreduce wait alike: Open MPI yields only when mpirun found the node
+// oversubscribed (it exports that decision); other MPIs: when the ranks on this
+// host outnumber its cores; unknown: yield.
+bool yield_when_idle() {
+  static const bool yield = [] {
+    if (const char* v = std::getenv("OMPI_MCA_mpi_yield_when_idle")) return std::atoi(v) != 0;
+    if (const char* v = std::getenv("OMPI_MCA_mpi_oversubscribe")) return std::atoi(v) != 0;
+    for (const char* var : {"MPI_LOCALNRANKS", "MPICH_LOCALNRANKS"})
+      if (const char* v = std::getenv(var))
+        return std::atoi(v) > static_cast<int>(std::thread::hardware_concurrency());
+    return true;
+  }();
+  return yield;
+}
+
 int checked_count(size_t bytes) {
   if (bytes > static_cast<size_t>(INT_MAX))
     throw CommError("message of " + std::to_string(bytes) + " bytes exceeds MPI's int count");
   return static_cast<int>(bytes);
 }
 
-// An MPI request; frees it with MPI_Cancel if abandoned while pending.
+void cancel(MPI_Request& req) {
+  if (req != MPI_REQUEST_NULL) {
+    MPI_Cancel(&req);
+    MPI_Request_free(&req);
+  }
+}
+
+// An MPI request, with an optional second one for its timestamp (network
+// emulation); cancelled and freed if abandoned while pending.
 class MpiRequest final : public RequestImpl {
  public:
   MpiRequest(MPI_Request req, bool is_recv, int peer, int tag, size_t bytes)
       : req_(req), is_recv_(is_recv), peer_(peer), tag_(tag), bytes_(bytes) {}
 
   ~MpiRequest() override {
-    if (req_ != MPI_REQUEST_NULL) {
-      MPI_Cancel(&req_);
-      MPI_Request_free(&req_);
-    }
+    cancel(req_);
+    cancel(stamp_req_);
   }
 
+  // The timestamp travels in `*stamp_buffer()` through `stamp_req`.
+  double* stamp_buffer() { return &stamp_; }
+  void set_stamp_request(MPI_Request r) { stamp_req_ = r; }
+  double stamp() const override { return stamp_; }
+
   bool test() override {
+    if (stamp_req_ != MPI_REQUEST_NULL) {
+      int flag = 0;
+      const int rc = MPI_Test(&stamp_req_, &flag, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) throw CommError(describe() + ": timestamp: " + mpi_error_string(rc));
+      if (!flag) return false;
+    }
     if (req_ == MPI_REQUEST_NULL) return true;
     int flag = 0;
     MPI_Status status;
@@ -58,6 +96,15 @@ class MpiRequest final : public RequestImpl {
     return true;
   }
 
+  bool wait_for(double seconds) override {
+    const double deadline = now_seconds() + seconds;
+    for (;;) {
+      if (test()) return true;
+      if (now_seconds() >= deadline) return false;
+      if (yield_when_idle()) sched_yield();
+    }
+  }
+
   std::string describe() const override {
     return std::string(is_recv_ ? "recv from" : "send to") + " rank " + std::to_string(peer_) +
            " (tag " + std::to_string(tag_) + ", " + std::to_string(bytes_) + " bytes)";
@@ -65,6 +112,8 @@ class MpiRequest final : public RequestImpl {
 
  private:
   MPI_Request req_;
+  MPI_Request stamp_req_ = MPI_REQUEST_NULL;
+  double stamp_ = 0;
   bool is_recv_;
   int peer_, tag_;
   size_t bytes_;
@@ -105,6 +154,8 @@ bool MpiRuntime::initialized() {
 MpiComm::MpiComm(MPI_Comm comm) : Comm(0, 1) {
   PSAR_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
   PSAR_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  PSAR_MPI_CHECK(MPI_Comm_dup(comm, &stamps_));
+  PSAR_MPI_CHECK(MPI_Comm_set_errhandler(stamps_, MPI_ERRORS_RETURN));
   PSAR_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   PSAR_MPI_CHECK(MPI_Comm_size(comm_, &size_));
 }
@@ -113,6 +164,7 @@ MpiComm::~MpiComm() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+  if (stamps_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&stamps_);
 }
 
 std::unique_ptr<Comm> MpiComm::split(int color, int key) {
@@ -121,22 +173,36 @@ std::unique_ptr<Comm> MpiComm::split(int color, int key) {
   auto c = std::make_unique<MpiComm>(sub);
   MPI_Comm_free(&sub);
   c->set_timeout(timeout());
+  c->set_network(network());
   return c;
 }
 
 std::unique_ptr<RequestImpl> MpiComm::post_send(int peer, std::span<const std::byte> data,
-                                                int tag) {
+                                                int tag, double stamp) {
   MPI_Request req;
   PSAR_MPI_CHECK(MPI_Isend(data.data(), checked_count(data.size()), MPI_BYTE, peer, tag, comm_,
                            &req));
-  return std::make_unique<MpiRequest>(req, false, peer, tag, data.size());
+  auto r = std::make_unique<MpiRequest>(req, false, peer, tag, data.size());
+  if (network()) {
+    *r->stamp_buffer() = stamp;
+    MPI_Request sreq;
+    PSAR_MPI_CHECK(MPI_Isend(r->stamp_buffer(), 1, MPI_DOUBLE, peer, tag, stamps_, &sreq));
+    r->set_stamp_request(sreq);
+  }
+  return r;
 }
 
 std::unique_ptr<RequestImpl> MpiComm::post_recv(int peer, std::span<std::byte> data, int tag) {
   MPI_Request req;
   PSAR_MPI_CHECK(MPI_Irecv(data.data(), checked_count(data.size()), MPI_BYTE, peer, tag, comm_,
                            &req));
-  return std::make_unique<MpiRequest>(req, true, peer, tag, data.size());
+  auto r = std::make_unique<MpiRequest>(req, true, peer, tag, data.size());
+  if (network()) {
+    MPI_Request sreq;
+    PSAR_MPI_CHECK(MPI_Irecv(r->stamp_buffer(), 1, MPI_DOUBLE, peer, tag, stamps_, &sreq));
+    r->set_stamp_request(sreq);
+  }
+  return r;
 }
 
 }  // namespace psar

@@ -35,12 +35,15 @@ class MpiComm final : public Comm {
   MPI_Comm handle() const { return comm_; }
 
  protected:
-  std::unique_ptr<RequestImpl> post_send(int peer, std::span<const std::byte> data,
-                                         int tag) override;
+  std::unique_ptr<RequestImpl> post_send(int peer, std::span<const std::byte> data, int tag,
+                                         double stamp) override;
   std::unique_ptr<RequestImpl> post_recv(int peer, std::span<std::byte> data, int tag) override;
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
+  // Carries the emulated-network timestamp of each message (same tag, same
+  // order as the payloads on comm_) when network emulation is on.
+  MPI_Comm stamps_ = MPI_COMM_NULL;
 };
 
 // Throws CommError with MPI's error string if rc is not MPI_SUCCESS.

@@ -18,7 +18,16 @@ struct OptimizerOptions {
   float beta1 = 0.9f;        // adam
   float beta2 = 0.999f;      // adam
   float eps = 1e-8f;         // adam
+  // Learning-rate schedule over the optimizer's own step count, so that every
+  // holder of the same options (a trainer rank, a parameter-server shard)
+  // applies the same rate at the same step.
+  std::string schedule = "constant";  // constant | cosine
+  int64_t warmup_steps = 0;           // linear warm-up from 0 to lr
+  int64_t total_steps = 0;            // cosine: decays to 0 at this step
 };
+
+// The learning rate of step `step` (0-based).
+float scheduled_lr(const OptimizerOptions& options, int64_t step);
 
 class Optimizer {
  public:
@@ -28,6 +37,11 @@ class Optimizer {
   int64_t steps() const { return steps_; }
 
  protected:
+  explicit Optimizer(const OptimizerOptions& options) : options_(options) {}
+  // The rate for the step being taken now.
+  float lr() const { return scheduled_lr(options_, steps_); }
+
+  OptimizerOptions options_;
   int64_t steps_ = 0;
 };
 

@@ -47,6 +47,8 @@ Schema build() {
   s.add({"optimizer.beta1", T::kFloat, "0.9", "adam beta1"});
   s.add({"optimizer.beta2", T::kFloat, "0.999", "adam beta2"});
   s.add({"optimizer.eps", T::kFloat, "1e-8", "adam epsilon"});
+  s.add({"optimizer.schedule", T::kString, "constant", "learning-rate schedule over the run's steps", {"constant", "cosine"}});
+  s.add({"optimizer.warmup_steps", T::kInt, "0", "linear learning-rate warm-up steps"});
 
   // train
   s.add({"train.steps", T::kInt, "", "optimizer steps (set steps or epochs)"});

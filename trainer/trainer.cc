@@ -11,6 +11,7 @@
 #include "core/ops.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "comm/netem.h"
 #include "modelpar/grid.h"
 #include "allreduce/allreducer.h"
 #include "trainer/gradient_sync.h"
@@ -29,6 +30,8 @@ OptimizerOptions optimizer_options(const Config& c) {
   o.beta1 = static_cast<float>(c.get_float("optimizer.beta1"));
   o.beta2 = static_cast<float>(c.get_float("optimizer.beta2"));
   o.eps = static_cast<float>(c.get_float("optimizer.eps"));
+  o.schedule = c.get_string("optimizer.schedule");
+  o.warmup_steps = c.get_int("optimizer.warmup_steps");
   return o;
 }
 
@@ -88,6 +91,7 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
   const Stopwatch wall;
   TrainResult result;
   world.set_timeout(config.get_duration("sync.timeout"));
+  const NetModel network = apply_network_model(world, config);
 
   // ---- model, data, parameters: identical on every rank -------------------
   const DatasetPair data = load_dataset(config);
@@ -136,7 +140,9 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
   const int64_t eval_every = config.get_int("train.eval_every");
 
   // ---- gradient synchronization ----------------------------------------------
-  SyncInit init{world, config, store, optimizer_options(config), grid ? &grid->dp() : nullptr};
+  OptimizerOptions optimizer = optimizer_options(config);
+  optimizer.total_steps = total_steps;
+  SyncInit init{world, config, store, optimizer, grid ? &grid->dp() : nullptr};
   SyncSetup setup = make_gradient_sync(sync_name, init);
   if (setup.serve) {
     setup.serve();
@@ -260,11 +266,12 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
     write_file_atomic(options.out_dir + "/steps.csv", steps_csv);
     evals.write(options.out_dir + "/eval.csv");
     CsvWriter summary({"experiment", "sync", "world_size", "steps", "epochs", "final_loss",
-                       "test_accuracy", "wall_s", "samples_per_s"});
+                       "test_accuracy", "wall_s", "samples_per_s", "network"});
     summary.row({config.get_string("experiment.name"), sync.name(), CsvWriter::num(world.size()),
                  CsvWriter::num(result.steps), CsvWriter::num(result.epochs),
                  CsvWriter::num(result.final_loss), CsvWriter::num(result.test_accuracy),
-                 CsvWriter::num(result.wall_s), CsvWriter::num(result.samples_per_s)});
+                 CsvWriter::num(result.wall_s), CsvWriter::num(result.samples_per_s),
+                 network.describe()});
     summary.write(options.out_dir + "/summary.csv");
   }
   return result;

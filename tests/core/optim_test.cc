@@ -81,6 +81,30 @@ TEST(Optimizer, UpdatingSlicesEqualsUpdatingTheWhole) {
   }
 }
 
+TEST(Optimizer, CosineScheduleWarmsUpThenDecaysToZero) {
+  OptimizerOptions o;
+  o.lr = 1.0f;
+  o.schedule = "cosine";
+  o.warmup_steps = 10;
+  o.total_steps = 110;
+  EXPECT_FLOAT_EQ(scheduled_lr(o, 0), 0.1f);
+  EXPECT_FLOAT_EQ(scheduled_lr(o, 9), 1.0f);
+  EXPECT_FLOAT_EQ(scheduled_lr(o, 10), 1.0f);
+  EXPECT_NEAR(scheduled_lr(o, 60), 0.5f, 1e-6);
+  EXPECT_NEAR(scheduled_lr(o, 110), 0.0f, 1e-7);
+  // The optimizer applies the scheduled rate: plain SGD moves by lr(t)·g.
+  o.momentum = 0.0f;
+  auto opt = make_optimizer(o, 1);
+  float p = 0.0f;
+  const float g = 1.0f;
+  for (int t = 0; t < 60; ++t) opt->step(std::span<float>(&p, 1), std::span<const float>(&g, 1));
+  double expected = 0;
+  for (int t = 0; t < 60; ++t) expected -= scheduled_lr(o, t);
+  EXPECT_NEAR(p, expected, 1e-4);
+  o.schedule = "step";
+  EXPECT_THROW(make_optimizer(o, 1), ConfigError);
+}
+
 TEST(Optimizer, UnknownTypeIsAConfigError) {
   OptimizerOptions o;
   o.type = "lamb";

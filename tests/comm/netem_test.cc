@@ -1,0 +1,159 @@
+// Network emulation: delivery times of messages of known sizes against the
+// model of comm/netem.h (1 Gbit/s, 50 µs per message), measured from the
+// moments the senders posted. Tolerance, stated: within 10% + 2 ms of the
+// model, in the best of up to 5 attempts (a thread preempted between noting
+// its post time and posting, or slow to wake on a loaded 2-core host, only
+// ever makes an attempt late); and never earlier than the model allows, less
+// 100 µs, in any attempt. Model terms are 2–12 ms, so a lost or doubled n/B
+// term cannot pass.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/inproc_comm.h"
+#include "comm/netem.h"
+#include "core/timer.h"
+
+namespace psar {
+namespace {
+
+constexpr double kBandwidth = 1e9 / 8;  // 1 Gbit/s in bytes/s
+constexpr double kLatency = 50e-6;
+
+// One attempt's verdict: every measurement is checked; lateness is noted.
+struct Attempt {
+  std::mutex mu;
+  bool late = false;
+  std::string why;
+};
+thread_local Attempt* current = nullptr;
+
+void expect_time(double measured, double model, const std::string& what) {
+  EXPECT_GE(measured, model - 100e-6) << what << ": faster than the wire allows";
+  if (measured > model * 1.10 + 2e-3) {
+    std::lock_guard<std::mutex> lock(current->mu);
+    current->late = true;
+    current->why += what + ": measured " + std::to_string(measured) + " s, model " +
+                    std::to_string(model) + " s; ";
+  }
+}
+
+// Post time of each rank's (first) send, recorded just before posting.
+using PostTimes = std::array<std::atomic<double>, 8>;
+
+void run_emulated(int n, const std::function<void(Comm&, PostTimes&)>& fn) {
+  std::string last;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    Attempt verdict;
+    PostTimes posted{};
+    run_inproc(n, [&](Comm& c) {
+      current = &verdict;
+      c.set_network(std::make_shared<Nic>(NetModel{kBandwidth, kLatency}));
+      fn(c, posted);
+    });
+    if (!verdict.late) return;
+    last = verdict.why;
+  }
+  ADD_FAILURE() << "late beyond 10% + 2 ms in all 5 attempts; last: " << last;
+}
+
+TEST(NetworkEmulation, ALoneMessageTakesSizeOverBandwidthPlusLatency) {
+  const size_t n = 1 << 20;
+  run_emulated(2, [&](Comm& c, PostTimes& posted) {
+    std::vector<std::byte> buf(n);
+    if (c.rank() == 0) {
+      posted[0] = now_seconds();
+      c.send(1, std::span<const std::byte>(buf));
+      expect_time(now_seconds() - posted[0], n / kBandwidth, "send completes when egress is done");
+    } else {
+      c.recv(0, std::span<std::byte>(buf));
+      expect_time(now_seconds() - posted[0], n / kBandwidth + kLatency, "delivery");
+    }
+  });
+}
+
+TEST(NetworkEmulation, BackToBackMessagesSerializeOnTheEgress) {
+  const size_t n = 256 << 10;
+  run_emulated(2, [&](Comm& c, PostTimes& posted) {
+    std::vector<std::byte> a(n), b(n);
+    if (c.rank() == 0) {
+      posted[0] = now_seconds();
+      Request r1 = c.isend(1, std::span<const std::byte>(a));
+      Request r2 = c.isend(1, std::span<const std::byte>(b));
+      r1.wait();
+      r2.wait();
+    } else {
+      c.recv(0, std::span<std::byte>(a));
+      expect_time(now_seconds() - posted[0], n / kBandwidth + kLatency, "first");
+      c.recv(0, std::span<std::byte>(b));
+      expect_time(now_seconds() - posted[0], 2 * n / kBandwidth + kLatency, "second");
+    }
+  });
+}
+
+TEST(NetworkEmulation, IncastSerializesOnTheReceiversIngress) {
+  // Three senders, one receiver: the receiver's NIC is the bottleneck (the
+  // parameter server's situation). In post order: D = max(t_i + n/B + L, D + n/B).
+  const size_t n = 512 << 10;
+  run_emulated(4, [&](Comm& c, PostTimes& posted) {
+    std::vector<std::byte> buf(n);
+    if (c.rank() != 0) {
+      posted[c.rank()] = now_seconds();
+      c.send(0, std::span<const std::byte>(buf));
+    } else {
+      std::vector<std::vector<std::byte>> in(3, std::vector<std::byte>(n));
+      std::vector<Request> reqs;
+      for (int r = 1; r <= 3; ++r) reqs.push_back(c.irecv(r, std::span<std::byte>(in[r - 1])));
+      wait_all(reqs);
+      const double done = now_seconds();
+      std::vector<double> t = {posted[1], posted[2], posted[3]};
+      std::sort(t.begin(), t.end());
+      double d = 0;
+      for (double ti : t) d = std::max(ti + n / kBandwidth + kLatency, d + n / kBandwidth);
+      expect_time(done - t[0], d - t[0], "incast of three");
+      // Every actual post came after the first noted one: the ingress must
+      // have serialized all three behind it.
+      EXPECT_GE(done - t[0], 3 * n / kBandwidth) << "ingress must serialize the three";
+    }
+  });
+}
+
+TEST(NetworkEmulation, EgressAndIngressAreIndependentFullDuplex) {
+  const size_t n = 1 << 20;
+  run_emulated(2, [&](Comm& c, PostTimes& posted) {
+    std::vector<std::byte> out(n), in(n);
+    posted[c.rank()] = now_seconds();
+    c.sendrecv(1 - c.rank(), std::span<const std::byte>(out), 1 - c.rank(),
+               std::span<std::byte>(in));
+    // My receive depends on when the peer posted, not on my own send.
+    expect_time(now_seconds() - posted[1 - c.rank()], n / kBandwidth + kLatency, "exchange");
+  });
+}
+
+TEST(NetworkEmulation, SplitCommunicatorsShareTheRanksNic) {
+  run_inproc(2, [](Comm& c) {
+    c.set_network(std::make_shared<Nic>(NetModel{kBandwidth, kLatency}));
+    auto sub = c.split(0, c.rank());
+    EXPECT_EQ(sub->network(), c.network());
+  });
+}
+
+TEST(NetworkEmulation, ModelArithmetic) {
+  Nic nic(NetModel{1000.0, 0.5});  // 1000 B/s, 0.5 s
+  EXPECT_DOUBLE_EQ(nic.depart(100, 10.0), 10.1);
+  EXPECT_DOUBLE_EQ(nic.depart(100, 10.0), 10.2);   // queued behind the first
+  EXPECT_DOUBLE_EQ(nic.arrive(100, 10.1), 10.6);   // + latency
+  EXPECT_DOUBLE_EQ(nic.arrive(1000, 10.1), 11.6);  // ingress busy: 10.6 + 1.0
+  EXPECT_EQ(NetModel{}.describe(), "off");
+  EXPECT_EQ((NetModel{1.25e8, 50e-6}.describe()), "1Gbit, 50us");
+}
+
+}  // namespace
+}  // namespace psar

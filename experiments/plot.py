@@ -96,7 +96,8 @@ def plot_timeline(trace_path, out):
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
-    ax.legend(handles, list(colors), ncol=len(colors), fontsize=7, loc="upper right")
+    ax.legend(handles, list(colors), ncol=len(colors), fontsize=7, loc="upper center",
+              bbox_to_anchor=(0.5, -0.35 if len(tracks) < 4 else -0.15), frameon=False)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     print(f"plot.py: timeline -> {out}")

@@ -1,4 +1,4 @@
-// psar train CONFIG.yaml [--sync NAME] [--out DIR] [--quiet] [--set key=value ...]
+// psar train CONFIG.yaml [--sync NAME] [--out DIR] [--trace] [--quiet] [--set key=value ...]
 //
 // The configuration is read and checked before MPI starts, so a bad config
 // fails fast with one message and leaves nothing behind.
@@ -42,6 +42,7 @@ int cmd_train(CliContext& ctx) {
     if (a == "--sync") overrides.push_back("sync.backend=" + value("--sync"));
     else if (a == "--out") out_dir = value("--out");
     else if (a == "--quiet") quiet = true;
+    else if (a == "--trace") overrides.push_back("train.trace=true");
     else if (!a.empty() && a[0] == '-') throw ConfigError("psar train: unknown option '" + a + "'");
     else if (config_path.empty()) config_path = a;
     else throw ConfigError("psar train: more than one config file given ('" + config_path +
@@ -49,6 +50,15 @@ int cmd_train(CliContext& ctx) {
   }
   if (config_path.empty())
     throw ConfigError("usage: psar train CONFIG.yaml [--sync NAME] [--out DIR] [--set key=value]");
+  // Steps and epochs are two ways to say how long: setting one on the
+  // command line replaces the other from the file.
+  auto overridden = [&](const std::string& key) {
+    for (const auto& o : overrides)
+      if (o.rfind(key + "=", 0) == 0) return true;
+    return false;
+  };
+  if (overridden("train.steps") && !overridden("train.epochs")) overrides.push_back("train.epochs=~");
+  if (overridden("train.epochs") && !overridden("train.steps")) overrides.push_back("train.steps=~");
   const Config config = Config::load_file(config_path, config_schema(), overrides);
 
   ops::set_blas_threads(blas_threads());

@@ -11,6 +11,7 @@
 #include "core/ops.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "comm/netem.h"
 #include "modelpar/grid.h"
 #include "allreduce/allreducer.h"
@@ -167,6 +168,11 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
   }
 
   // ---- the loop --------------------------------------------------------------
+  Tracer tracer(config.get_bool("train.trace"));
+  if (tracer.enabled()) {
+    workers.barrier();
+    tracer.set_origin(now_seconds());
+  }
   std::vector<StepRow> rows;
   rows.reserve(static_cast<size_t>(total_steps));
   CsvWriter evals({"step", "epoch", "test_loss", "test_accuracy"});
@@ -201,10 +207,12 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
     double compute_s = 0, sync_s = 0, loss = 0;
     {
       ScopedTimer t(compute_s);
+      Tracer::Scope span(tracer, "forward+backward", "forward");
       loss = model->forward_backward(batch, 1.0f);
     }
     {
       ScopedTimer t(sync_s);
+      Tracer::Scope span(tracer, "sync", "sync");
       sync.step(store.params(), store.grads());
     }
     const CommCounters now = sync.counters();
@@ -273,6 +281,15 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
                  CsvWriter::num(result.wall_s), CsvWriter::num(result.samples_per_s),
                  network.describe()});
     summary.write(options.out_dir + "/summary.csv");
+  }
+  if (tracer.enabled()) {
+    const std::string mine_trace = tracer.events_json(workers.rank());
+    const auto traces = workers.allgather_bytes(std::as_bytes(std::span<const char>(mine_trace)));
+    if (write) {
+      std::vector<std::string> parts;
+      for (const auto& t : traces) parts.emplace_back(reinterpret_cast<const char*>(t.data()), t.size());
+      write_file_atomic(options.out_dir + "/trace.json", Tracer::document(parts));
+    }
   }
   return result;
 }

@@ -63,6 +63,7 @@ const char* kGood =
     "train: {steps: 3, batch_size: 16}\n"
     "sync: {backend: naive}\n";
 
+
 TEST_F(Cli, AGoodConfigRunsAndWritesItsFiles) {
   const Outcome o = train(kGood);
   EXPECT_EQ(o.code, 0) << o.output;
@@ -117,10 +118,24 @@ TEST_F(Cli, UnknownSyncBackendListsTheChoices) {
   EXPECT_THAT(o.output, HasSubstr("ring"));
 }
 
-TEST_F(Cli, StepsAndEpochsTogetherAreRejected) {
-  const Outcome o = train(kGood, "--set train.epochs=1");
+TEST_F(Cli, StepsAndEpochsTogetherInAFileAreRejected) {
+  const Outcome o = train(
+      "model: {type: mlp, hidden: [8]}\n"
+      "data: {dataset: synthetic, synthetic_samples: 256, synthetic_features: 6}\n"
+      "train: {steps: 3, epochs: 1, batch_size: 16}\n");
   EXPECT_EQ(o.code, 2);
   EXPECT_THAT(o.output, HasSubstr("set exactly one of train.steps and train.epochs"));
+}
+
+TEST_F(Cli, SettingEpochsOnTheCommandLineReplacesTheFilesSteps) {
+  const Outcome o = train(kGood, "--set train.epochs=0.25 --quiet");
+  EXPECT_EQ(o.code, 0) << o.output;
+  std::ifstream in(dir_ / "run" / "summary.csv");
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  // 256 samples / 16 per batch = 16 steps per epoch; a quarter epoch = 4 steps.
+  EXPECT_THAT(row, HasSubstr(",4,0.25,"));
 }
 
 TEST_F(Cli, AWorldSizeTheConfigCannotUseIsRejected) {

@@ -70,7 +70,7 @@ Schema build() {
   s.add({"parallel.microbatches", T::kInt, "1", "pipeline micro-batches m per batch"});
   s.add({"parallel.schedule", T::kString, "1f1b", "pipeline schedule", {"gpipe", "1f1b", "interleaved", "zb_h1"}});
   s.add({"parallel.chunks", T::kInt, "1", "virtual chunks per stage v (interleaved)"});
-  s.add({"parallel.stage_layers", T::kIntList, "", "explicit layer count per stage"});
+  s.add({"parallel.stage_layers", T::kIntList, "", "explicit layer count per virtual stage (p·v entries; p when chunks = 1)"});
   s.add({"parallel.tp_allreduce", T::kString, "ring", "allreduce algorithm of tensor-parallel all-reduces"});
   s.add({"parallel.tp_split", T::kString, "column_row", "parallel MLP split", {"column_row", "row_column"}});
 

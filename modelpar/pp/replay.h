@@ -1,0 +1,36 @@
+#pragma once
+// Internal: the in-order execution both the validator and the simulator use.
+// Each stage runs its actions strictly in list order. An action starts when
+// its stage is free and its inputs exist: the transfer it receives (the
+// producing action has ended, plus `latency` unless both sides share a rank)
+// and, on its own stage, the work it continues — a backward needs its
+// forward, a weight gradient its input gradient. Sends never block (the
+// executor posts them non-blocking), so a schedule deadlocks exactly when
+// some stage's next action waits for an action that never runs.
+//
+// Because every start time is max(stage free, inputs ready), the result does
+// not depend on the order in which stages are visited: it is the
+// event-driven timeline, computed by sweeping the stages until no action can
+// start. Expects actions within bounds and no duplicates (validate.cc checks).
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "modelpar/pp/schedule.h"
+
+namespace psar::pp::detail {
+
+struct Replay {
+  std::vector<std::vector<ActionSpan>> spans;  // [stage] -> the actions that ran, in order
+  // Per stage still holding actions: what its next action waits for.
+  std::vector<std::string> blocked;
+  bool finished() const { return blocked.empty(); }
+};
+
+using DurationFn = std::function<double(int stage, const Action& action)>;
+
+Replay replay(const Schedule& schedule, const DurationFn& duration, double latency);
+
+}  // namespace psar::pp::detail

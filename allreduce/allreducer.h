@@ -22,7 +22,7 @@ namespace psar {
 
 struct AllreduceOptions {
   // Pipelining granularity of the segmented algorithms (ring, tree), in bytes.
-  int64_t segment_bytes = 256 * 1024;
+  int64_t segment_bytes = 512 * 1024;  // see docs/algorithms.md, "Segments"
 };
 
 class Allreducer {
@@ -36,6 +36,7 @@ struct AllreducerEntry {
   const char* name;
   std::unique_ptr<Allreducer> (*make)(const AllreduceOptions&);
   const char* summary;  // one line for --help and docs
+  bool device = false;  // runs on a GPU (nccl): needs CUDA at build and run time
 };
 
 // Every algorithm, in the order docs and benchmarks list them.
@@ -43,6 +44,8 @@ std::span<const AllreducerEntry> allreducer_registry();
 // Throws ConfigError listing the known names if `name` is unknown.
 std::unique_ptr<Allreducer> make_allreducer(const std::string& name,
                                             const AllreduceOptions& options = {});
-std::vector<std::string> allreducer_names();
+// Host algorithms by default (what runs on any machine, swept by tests and
+// benchmarks); with include_device, the GPU ones too.
+std::vector<std::string> allreducer_names(bool include_device = false);
 
 }  // namespace psar

@@ -196,10 +196,18 @@ void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64
   dropout_forward(dinp, dout, n, p, seed, stream, first);  // same mask, same scale
 }
 
+// The reduction kernels of every collective. Built twice, for AVX2 and for
+// the baseline, and picked at load time: in-cache sums run about twice as fast
+// with AVX2 (bench/bench_reduce), which is what MPI's own reduction uses.
+// Elementwise IEEE addition gives the same bits either way.
+#define PSAR_REDUCTION_KERNEL __attribute__((target_clones("avx2", "default")))
+
+PSAR_REDUCTION_KERNEL
 void add_inplace(float* __restrict dst, const float* __restrict src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
+PSAR_REDUCTION_KERNEL
 void add(float* __restrict dst, const float* __restrict a, const float* __restrict b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = a[i] + b[i];
 }

@@ -1,7 +1,284 @@
-// Placeholder until its issue lands; replaced by the real subcommand.
+// psar bench allreduce — the allreduce sweep, reported like nccl-tests.
+//
+//   mpirun -np 4 psar bench allreduce --algos ring,tree,butterfly,halving_doubling,naive,mpi
+//       -b 4K -e 64M -f 2 -n 20 -w 5 -c 1 --csv FILE [--volume-csv FILE] [-r ROUNDS]
+//       [--set sync.segment_bytes=512K] [--set sync.timeout=60s]
+//
+// For every size b, b·f, b·f², … ≤ e (bytes, float32 elements, in place) and
+// every algorithm: an optional checked call (-c 1: a known pattern summed, the
+// result compared elementwise against a double-precision reference; #wrong
+// counts elements off by more than 1e-6 of Σ|x|, summed over ranks), w warm-up
+// calls, then n timed calls. The timed calls are split into rounds and the
+// algorithms take turns round by round (in a rotating order), so that a burst
+// of background load hits every algorithm alike and the ratios stay honest.
+// A round's time per call is the maximum over ranks; the reported time is the
+// median over rounds. algbw = size / time; busbw = algbw · 2(n-1)/n, the
+// nccl-tests convention that makes ring-optimal bandwidth independent of n.
+// Only rank 0 prints and writes files. Timed calls run on zeros, so repeated
+// in-place sums never overflow (float addition costs the same for any normal
+// value).
+//
+// --volume-csv adds one more call per (size, algorithm) with the Comm byte
+// counters reset: bytes and messages sent, summed over ranks and the busiest
+// rank (R1 of REPRODUCE.md). The `mpi` backend's traffic goes through MPI's own
+// collective, which the counters cannot see: its rows read 0.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allreduce/allreducer.h"
+#include "allreduce/partition.h"
+#include "comm/comm.h"
+#include "core/csv.h"
 #include "core/errors.h"
+#include "core/timer.h"
+#include "core/units.h"
 #include "trainer/cli.h"
+#include "trainer/schema.h"
 
 namespace psar {
-int cmd_bench_allreduce(CliContext&) { throw Error("psar: this subcommand is being built (cmd_bench_allreduce)"); }
+
+namespace {
+
+struct BenchOptions {
+  std::vector<std::string> algos = {"ring", "tree", "butterfly", "halving_doubling", "naive",
+                                    "mpi"};
+  int64_t min_bytes = 4096, max_bytes = 64 << 20;
+  int64_t factor = 2;
+  int iters = 20, warmup = 5, rounds = 0;  // rounds 0: min(iters, 5)
+  bool check = true;
+  std::string csv, volume_csv;
+  bool help = false;
+};
+
+constexpr const char* kUsage =
+    "usage: psar bench allreduce [--algos a,b,...] [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] "
+    "[-n ITERS] [-w WARMUP] [-r ROUNDS] [-c 0|1] [--csv FILE] [--volume-csv FILE] "
+    "[--set sync.segment_bytes=512K]";
+
+int64_t parse_int(const std::string& flag, const std::string& text, int64_t min) {
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size())
+    throw ConfigError("psar bench allreduce: " + flag + " needs an integer, got '" + text + "'");
+  if (v < min)
+    throw ConfigError("psar bench allreduce: " + flag + " must be at least " +
+                      std::to_string(min) + ", got " + text);
+  return v;
+}
+
+int64_t parse_size(const std::string& flag, const std::string& text) {
+  try {
+    return parse_bytes(text);
+  } catch (const ConfigError& e) {
+    throw ConfigError("psar bench allreduce: " + flag + ": " + e.what());
+  }
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    if (comma > start) out.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+BenchOptions parse(const std::vector<std::string>& args) {
+  BenchOptions o;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (flag == "-h" || flag == "--help") {
+      o.help = true;
+      return o;
+    } else {
+      if (i + 1 >= args.size())
+        throw ConfigError("psar bench allreduce: " + flag + " needs a value\n" + kUsage);
+      value = args[++i];
+    }
+    if (flag == "--algos") o.algos = split_list(value);
+    else if (flag == "-b" || flag == "--minbytes") o.min_bytes = parse_size(flag, value);
+    else if (flag == "-e" || flag == "--maxbytes") o.max_bytes = parse_size(flag, value);
+    else if (flag == "-f" || flag == "--stepfactor") o.factor = parse_int(flag, value, 2);
+    else if (flag == "-n" || flag == "--iters") o.iters = static_cast<int>(parse_int(flag, value, 1));
+    else if (flag == "-w" || flag == "--warmup_iters") o.warmup = static_cast<int>(parse_int(flag, value, 0));
+    else if (flag == "-r" || flag == "--rounds") o.rounds = static_cast<int>(parse_int(flag, value, 1));
+    else if (flag == "-c" || flag == "--check") o.check = parse_int(flag, value, 0) != 0;
+    else if (flag == "--csv") o.csv = value;
+    else if (flag == "--volume-csv") o.volume_csv = value;
+    else throw ConfigError("psar bench allreduce: unknown option '" + flag + "'\n" + kUsage);
+  }
+  if (o.min_bytes < 4)
+    throw ConfigError("psar bench allreduce: -b must be at least 4 bytes (one float), got " +
+                      std::to_string(o.min_bytes));
+  if (o.max_bytes < o.min_bytes)
+    throw ConfigError("psar bench allreduce: -e (" + std::to_string(o.max_bytes) +
+                      " bytes) is smaller than -b (" + std::to_string(o.min_bytes) + " bytes)");
+  if (o.algos.empty()) throw ConfigError("psar bench allreduce: --algos names no algorithm");
+  for (size_t a = 0; a < o.algos.size(); ++a)
+    for (size_t b = 0; b < a; ++b)
+      if (o.algos[a] == o.algos[b])
+        throw ConfigError("psar bench allreduce: algorithm '" + o.algos[a] + "' listed twice");
+  if (o.rounds == 0) o.rounds = std::min(o.iters, 5);
+  if (o.rounds > o.iters)
+    throw ConfigError("psar bench allreduce: -r (" + std::to_string(o.rounds) +
+                      ") exceeds -n (" + std::to_string(o.iters) + ")");
+  return o;
+}
+
+// The checked pattern: small multiples of 1/8, so every partial sum is exact
+// in float and the reference is exact whatever the order of addition.
+float pattern(int rank, int64_t i) {
+  return static_cast<float>(((i * 7 + rank * 13) % 31) - 15) * 0.125f;
+}
+
+int64_t count_wrong(std::span<const float> result, int ranks) {
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(result.size()); ++i) {
+    double sum = 0, magnitude = 0;
+    for (int r = 0; r < ranks; ++r) {
+      sum += pattern(r, i);
+      magnitude += std::fabs(pattern(r, i));
+    }
+    wrong += std::fabs(result[i] - sum) > 1e-6 * magnitude;
+  }
+  return wrong;
+}
+
+// Median of the per-round times (each already the maximum over ranks).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+struct Row {
+  std::string algo;
+  int64_t bytes, count;
+  double time_us, algbw, busbw;
+  int64_t wrong;  // -1: not checked
+};
+
+void print_header(const BenchOptions& o, const Comm& comm, int64_t segment_bytes) {
+  std::printf("# psar bench allreduce: %d ranks (%s transport), float32 sum, in place\n",
+              comm.size(), comm.transport().c_str());
+  std::printf("# iters %d in %d rounds, warmup %d, segment %s; time = median over rounds of "
+              "the max over ranks\n#\n",
+              o.iters, o.rounds, o.warmup, format_bytes(segment_bytes).c_str());
+  std::printf("# %12s %12s %6s %-17s %11s %11s %11s %8s\n", "size", "count", "type", "algorithm",
+              "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+}
+
+void print_row(const Row& r) {
+  const std::string wrong = r.wrong < 0 ? "N/A" : std::to_string(r.wrong);
+  std::printf("  %12lld %12lld %6s %-17s %11.2f %11.3f %11.3f %8s\n",
+              static_cast<long long>(r.bytes), static_cast<long long>(r.count), "float",
+              r.algo.c_str(), r.time_us, r.algbw, r.busbw, wrong.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int cmd_bench_allreduce(CliContext& ctx) {
+  const BenchOptions o = parse(ctx.args);
+  if (o.help) {
+    std::printf("%s\n", kUsage);
+    return 0;
+  }
+  const Config config = Config::load_string("{}", config_schema(), ctx.overrides, "--set");
+  AllreduceOptions ao;
+  ao.segment_bytes = config.get_bytes("sync.segment_bytes");
+  std::vector<std::unique_ptr<Allreducer>> algos;
+  for (const auto& name : o.algos) algos.push_back(make_allreducer(name, ao));
+
+  Comm& comm = ctx.world();
+  comm.set_timeout(config.get_duration("sync.timeout"));
+  const int n = comm.size();
+  const bool root = comm.rank() == 0;
+  const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
+  if (root) print_header(o, comm, ao.segment_bytes);
+
+  CsvWriter csv({"algo", "size", "count", "time_us", "algbw", "busbw", "wrong"});
+  CsvWriter volume({"algo", "ranks", "size", "count", "bytes_sent_total", "bytes_sent_max_rank",
+                    "messages_sent_total"});
+  std::vector<float> data(static_cast<size_t>(o.max_bytes / 4));
+  const Partition per_round{o.iters, o.rounds};
+  int64_t wrong_total = 0;
+
+  for (int64_t size = o.min_bytes; size <= o.max_bytes; size *= o.factor) {
+    const int64_t count = size / 4;
+    const std::span<float> buf(data.data(), static_cast<size_t>(count));
+    std::vector<int64_t> wrong(algos.size(), -1);
+    for (size_t a = 0; a < algos.size(); ++a) {
+      if (o.check) {
+        for (int64_t i = 0; i < count; ++i) buf[i] = pattern(comm.rank(), i);
+        algos[a]->allreduce(comm, buf);
+        wrong[a] = static_cast<int64_t>(
+            comm.allreduce_sum(static_cast<double>(count_wrong(buf, n))));
+        wrong_total += wrong[a];
+      }
+      std::fill(buf.begin(), buf.end(), 0.0f);
+      for (int w = 0; w < o.warmup; ++w) algos[a]->allreduce(comm, buf);
+    }
+    std::vector<std::vector<double>> round_times(algos.size());
+    for (int r = 0; r < o.rounds; ++r) {
+      const int iters = static_cast<int>(per_round.size(r));
+      for (size_t k = 0; k < algos.size(); ++k) {
+        const size_t a = (k + static_cast<size_t>(r)) % algos.size();
+        comm.barrier();
+        const double start = now_seconds();
+        for (int it = 0; it < iters; ++it) algos[a]->allreduce(comm, buf);
+        round_times[a].push_back(comm.allreduce_max((now_seconds() - start) / iters));
+      }
+    }
+    for (size_t a = 0; a < algos.size(); ++a) {
+      const double t = median(round_times[a]);
+      const double algbw = static_cast<double>(count * 4) / t / 1e9;
+      const Row row{o.algos[a], count * 4, count, t * 1e6, algbw, algbw * bus_factor, wrong[a]};
+      if (root) {
+        print_row(row);
+        csv.row({row.algo, CsvWriter::num(row.bytes), CsvWriter::num(row.count),
+                 CsvWriter::num(row.time_us), CsvWriter::num(row.algbw),
+                 CsvWriter::num(row.busbw), row.wrong < 0 ? "" : CsvWriter::num(row.wrong)});
+      }
+      if (!o.volume_csv.empty()) {
+        comm.reset_counters();
+        algos[a]->allreduce(comm, buf);
+        const CommCounters c = comm.counters();
+        const double total = comm.allreduce_sum(static_cast<double>(c.bytes_sent));
+        const double busiest = comm.allreduce_max(static_cast<double>(c.bytes_sent));
+        const double messages = comm.allreduce_sum(static_cast<double>(c.messages_sent));
+        if (root)
+          volume.row({o.algos[a], CsvWriter::num(n), CsvWriter::num(count * 4),
+                      CsvWriter::num(count), CsvWriter::num(static_cast<int64_t>(total)),
+                      CsvWriter::num(static_cast<int64_t>(busiest)),
+                      CsvWriter::num(static_cast<int64_t>(messages))});
+      }
+    }
+    if (size > o.max_bytes / o.factor) break;  // the next size would overflow or pass -e
+  }
+  if (root) {
+    if (!o.csv.empty()) csv.write(o.csv);
+    if (!o.volume_csv.empty()) volume.write(o.volume_csv);
+    if (o.check)
+      std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong_total),
+                  wrong_total == 0 ? "OK" : "FAILED");
+  }
+  return wrong_total == 0 ? 0 : 1;
+}
+
 }  // namespace psar

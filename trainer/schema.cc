@@ -61,7 +61,7 @@ Schema build() {
 
   // sync
   s.add({"sync.backend", T::kString, "mpi", "gradient synchronization backend (--sync)"});
-  s.add({"sync.segment_bytes", T::kBytes, "256K", "pipelining segment of ring/tree"});
+  s.add({"sync.segment_bytes", T::kBytes, "512K", "pipelining segment of ring/tree"});
   s.add({"sync.timeout", T::kDuration, "60s", "deadline of every communication wait"});
 
   // parallel
@@ -81,6 +81,7 @@ Schema build() {
   s.add({"ps.staleness", T::kInt, "2", "ssp staleness bound s"});
   s.add({"ps.interface", T::kString, "127.0.0.1", "address the servers bind to"});
   s.add({"ps.align_shards", T::kBool, "false", "align shard boundaries to tensor boundaries"});
+  s.add({"ps.chunk_bytes", T::kBytes, "1M", "pipelining unit: a push_pull streams each shard in messages of this size"});
   s.add({"ps.timeout", T::kDuration, "60s", "deadline of every parameter-server wait"});
 
   // net: the emulated cluster network (off unless bandwidth is set)

@@ -21,7 +21,7 @@ std::span<const SyncEntry> entries() {
 std::span<const SyncEntry> sync_registry() { return entries(); }
 
 std::vector<std::string> sync_names() {
-  std::vector<std::string> names = allreducer_names();
+  std::vector<std::string> names = allreducer_names(/*include_device=*/true);
   for (const auto& e : entries()) names.push_back(e.name);
   return names;
 }
@@ -29,7 +29,7 @@ std::vector<std::string> sync_names() {
 SyncSetup make_gradient_sync(const std::string& name, SyncInit& init) {
   for (const auto& e : entries())
     if (name == e.name) return e.make(init);
-  const auto algos = allreducer_names();
+  const auto algos = allreducer_names(/*include_device=*/true);
   if (std::find(algos.begin(), algos.end(), name) != algos.end())
     return make_allreduce_sync(name, init);
   std::string known;

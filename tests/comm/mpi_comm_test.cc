@@ -7,6 +7,7 @@
 
 #include "comm/mpi_comm.h"
 #include "comm/netem.h"
+#include "tests/common/mpi_world.h"
 #include "core/timer.h"
 #include "core/errors.h"
 
@@ -15,10 +16,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-MpiComm& world() {
-  static MpiComm c(MPI_COMM_WORLD);
-  return c;
-}
+MpiComm& world() { return testing::mpi_world(); }
 
 TEST(MpiComm, RingExchangeDeliversAndCounts) {
   Comm& c = world();
@@ -126,16 +124,3 @@ TEST(MpiComm, EmulatedNetworkDeliversOnTheModelsSchedule) {
 
 }  // namespace
 }  // namespace psar
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  psar::MpiRuntime mpi(&argc, &argv);
-  // Only rank 0 prints gtest output; every rank's failures still fail the job.
-  if (psar::world().rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  const double failed = psar::world().allreduce_max(rc);
-  return failed != 0 ? 1 : 0;
-}

@@ -6,17 +6,14 @@
 
 #include "allreduce/allreducer.h"
 #include "comm/mpi_comm.h"
-#include "core/ops.h"
+#include "tests/common/mpi_world.h"
 #include "train_fixture.h"
 #include "trainer/trainer.h"
 
 namespace psar {
 namespace {
 
-MpiComm& world() {
-  static MpiComm c(MPI_COMM_WORLD);
-  return c;
-}
+MpiComm& world() { return testing::mpi_world(); }
 
 class MpiEquivalence : public ::testing::TestWithParam<std::string> {};
 
@@ -53,15 +50,3 @@ INSTANTIATE_TEST_SUITE_P(Backends, MpiEquivalence, ::testing::ValuesIn(allreduce
 
 }  // namespace
 }  // namespace psar
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  psar::MpiRuntime mpi(&argc, &argv);
-  psar::ops::set_blas_threads(1);
-  if (psar::world().rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  return psar::world().allreduce_max(rc) != 0 ? 1 : 0;
-}

@@ -1,0 +1,31 @@
+#pragma once
+// Folding a world of N ranks onto its largest power of two p2 ≤ N, for the
+// algorithms that pair ranks by XOR (butterfly, halving-doubling). The
+// e = N - p2 extra ranks p2..N-1 each hand their whole vector to rank r - p2,
+// which adds it to its own (fold_in); the power-of-two algorithm runs among
+// ranks 0..p2-1; each partner then sends the result back (fold_out). Cost:
+// two extra steps and 2·e·n bytes in all; the extra ranks idle meanwhile.
+
+#include <span>
+
+#include "comm/comm.h"
+
+namespace psar {
+
+struct Fold {
+  int p2 = 1;      // ranks in the power-of-two core
+  int extras = 0;  // N - p2
+
+  explicit Fold(int size);
+  bool is_extra(int rank) const { return rank >= p2; }
+  // The rank this one exchanges with when folding, or -1 if none.
+  int partner(int rank) const;
+};
+
+// Extra ranks send their vector; their partners receive it into `scratch`
+// (size = data.size()) and add it into `data`. Others do nothing.
+void fold_in(Comm& comm, const Fold& fold, std::span<float> data, std::span<float> scratch);
+// Partners send the result; extra ranks receive it into `data`.
+void fold_out(Comm& comm, const Fold& fold, std::span<float> data);
+
+}  // namespace psar

@@ -1,0 +1,14 @@
+// The `nccl` entry of a build without CUDA/NCCL (CMake found no nvcc or no
+// NCCL): choosing it is a configuration error that says so.
+
+#include "allreduce/algorithms.h"
+#include "core/errors.h"
+
+namespace psar {
+
+std::unique_ptr<Allreducer> make_nccl_allreducer(const AllreduceOptions&) {
+  throw ConfigError("sync backend 'nccl': this psar was built without CUDA/NCCL (nvcc or NCCL "
+                    "not found at configure time)");
+}
+
+}  // namespace psar

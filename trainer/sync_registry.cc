@@ -4,18 +4,17 @@
 #include "core/errors.h"
 #include "trainer/allreduce_sync.h"
 #include "trainer/gradient_sync.h"
+#include "trainer/ps_sync.h"
 
 namespace psar {
 
 namespace {
 // Backends beyond the allreduce algorithms; one line each.
 constexpr SyncEntry kBackends[] = {
-    {"", nullptr, ""},  // sentinel so the table is never empty
+    {"ps", &make_ps_sync, "ZeroMQ sharded parameter server (ps.servers, ps.consistency, ...)"},
 };
 
-std::span<const SyncEntry> entries() {
-  return std::span<const SyncEntry>(kBackends).subspan(1);
-}
+std::span<const SyncEntry> entries() { return kBackends; }
 }  // namespace
 
 std::span<const SyncEntry> sync_registry() { return entries(); }

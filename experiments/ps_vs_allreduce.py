@@ -1,0 +1,304 @@
+#!/usr/bin/python3
+"""Runs experiments/ps_vs_allreduce.yaml: the parameter server against the
+allreduce algorithms as the number of workers N grows (REPRODUCE.md R1), and
+SSP/ASP against BSP. Every point is one `psar train` under mpirun.
+
+    experiments/ps_vs_allreduce.py [EXPERIMENT.yaml] [--results DIR] [--quick] [--dry-run]
+
+Writes into results/<experiment.name>/:
+  <point>/          the run directory of every point (steps.csv, summary.csv, ...)
+  scaling.csv/.md   per network, method and N: median time per step (the slowest
+                    rank's), median sync time, bytes through the busiest endpoint per
+                    step measured and by formula
+  scaling.png       time per step and busiest-endpoint bytes vs N
+  consistency.csv/.md/.png   loss vs step and vs time for bsp, ssp, asp
+
+Busiest endpoint: for the PS, the busiest server shard — payload bytes in + out,
+from the line each shard logs when it is done (PSAR_LOG=info); for an
+allreduce, the rank with the most bytes sent + received (steps.csv). Formulas
+per step, n = 4·M bytes: PS shard 2·N·n/S; ring and halving_doubling
+4·(N-1)/N·n (a power of two for the latter); tree 2·(c+1)·n for the rank with
+the most children c (N = 2: 2n, N = 3..4: 4n, N >= 5: 6n); naive 2·(N-1)·n;
+butterfly 2·log2(N)·n for a power of two. `mpi` is invisible to
+psar's counters.
+--quick runs N = 1, 2 and fewer steps (a smoke test of the script).
+"""
+
+import argparse
+import csv
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+
+import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import ROOT, mpirun_prefix, psar_binary  # noqa: E402
+
+SHARD_LINE = re.compile(r"shard (\d+) served: payload_bytes_in=(\d+) payload_bytes_out=(\d+)")
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def run_point(binary, exp_path, out, ranks, sets, dry_run):
+    cmd = mpirun_prefix(ranks) + [binary or "psar", "train", exp_path, "--out", out]
+    for s in sets:
+        cmd += ["--set", s]
+    print(f"  {' '.join(cmd)}", flush=True)
+    if dry_run:
+        return None
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    env = dict(os.environ, PSAR_LOG="info", PSAR_LOG_SUBSYS="ps")
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-4000:] + p.stderr[-4000:])
+        sys.exit(f"ps_vs_allreduce.py: point {out} failed (exit code {p.returncode})")
+    with open(os.path.join(out, "psar.log"), "w") as f:
+        f.write(p.stderr)
+    return p.stderr
+
+
+def step_stats(run_dir, skip=3):
+    """Median over steps (after `skip` warm-up steps) of the slowest rank's step and sync time,
+    and of the busiest rank's bytes sent + received."""
+    by_step = defaultdict(list)
+    for r in read_csv(os.path.join(run_dir, "steps.csv")):
+        by_step[int(r["step"])].append(r)
+    steps = sorted(by_step)[skip:] or sorted(by_step)
+    step_s = statistics.median(max(float(r["step_s"]) for r in by_step[s]) for s in steps)
+    sync_s = statistics.median(max(float(r["sync_s"]) for r in by_step[s]) for s in steps)
+    rank_bytes = statistics.median(
+        max(int(r["bytes_sent"]) + int(r["bytes_recv"]) for r in by_step[s]) for s in steps)
+    return step_s, sync_s, rank_bytes, len(by_step)
+
+
+def formula(method, n_workers, servers, n_bytes):
+    N = n_workers
+    if method == "ps":
+        return 2 * N * n_bytes / servers
+    if N == 1:
+        return 0
+    if method in ("ring", "halving_doubling"):
+        return 4 * (N - 1) / N * n_bytes if method == "ring" or N & (N - 1) == 0 else None
+    if method == "tree":  # a rank with c children moves (c + 1)·n each way
+        return 2 * n_bytes * (3 if N >= 5 else 2 if N >= 3 else 1)
+    if method == "naive":
+        return 2 * (N - 1) * n_bytes
+    if method == "butterfly":
+        return 2 * math.log2(N) * n_bytes if N & (N - 1) == 0 else None
+    return None
+
+
+def param_count(run_dir):
+    # Every worker pushes M floats per step: bytes_sent of a PS worker / 4.
+    rows = read_csv(os.path.join(run_dir, "steps.csv"))
+    return int(rows[-1]["bytes_sent"]) // 4
+
+
+def scaling(exp, exp_path, out_root, binary, quick, dry_run):
+    sweep = exp["experiment"]["sweep"]
+    workers = [1, 2] if quick else sweep["workers"]
+    rows = []
+    for net in sweep["networks"]:
+        net_sets = [] if str(net) == "off" else [f"net.bandwidth={net}"]
+        methods = [("ps", s) for s in sweep["ps_servers"]]
+        methods += [(a, 0) for a in sweep["allreduce"] if not (a == "mpi" and net_sets)]
+        for N in workers:
+            # One worker communicates with nobody: one allreduce row is enough.
+            points = [m for m in methods if N > 1 or m[0] == "ps" or m == methods[len(sweep["ps_servers"])]]
+            for method, S in points:
+                name = f"{method}{S if S else ''}_n{N}_net-{net}"
+                ranks = N + S
+                sets = net_sets + [f"sync.backend={method}"]
+                if method == "ps":
+                    sets.append(f"ps.servers={S}")
+                if quick:
+                    sets.append("train.steps=8")
+                print(f"[scaling] {name}", flush=True)
+                load = os.getloadavg()[0]  # host load when the point started: noise to expect
+                log = run_point(binary, exp_path, os.path.join(out_root, name), ranks, sets, dry_run)
+                if dry_run:
+                    continue
+                run_dir = os.path.join(out_root, name)
+                step_s, sync_s, rank_bytes, steps = step_stats(run_dir)
+                busiest = rank_bytes
+                if method == "ps":
+                    shards = [(int(a), int(b)) for _, a, b in SHARD_LINE.findall(log)]
+                    if len(shards) != S:
+                        sys.exit(f"ps_vs_allreduce.py: {name}: expected {S} shard lines in the log")
+                    busiest = max(a + b for a, b in shards) / steps
+                    M = param_count(run_dir)
+                rows.append({"network": net, "method": method, "servers": S or "",
+                             "workers": N, "ranks": ranks, "step_ms": 1e3 * step_s,
+                             "sync_ms": 1e3 * sync_s, "busiest_bytes_per_step": int(busiest),
+                             "load1": round(load, 2)})
+    if dry_run:
+        return
+    n_bytes = 4 * M
+    for r in rows:
+        f = formula(r["method"], r["workers"], r["servers"] or 1, n_bytes)
+        r["formula_bytes_per_step"] = "" if f is None or r["method"] == "mpi" else int(f)
+    write_table(rows, out_root, "scaling", M)
+    plot_scaling(rows, os.path.join(out_root, "scaling.png"), M)
+
+
+def write_table(rows, out_root, stem, M):
+    with open(os.path.join(out_root, stem + ".csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    lines = [f"# PS vs allreduce: time per step and busiest endpoint (M = {M} parameters, "
+             f"{4 * M / 2**20:.2f} MiB)", "",
+             "Median over steps of the slowest rank; busiest endpoint = payload bytes in + out "
+             "per step (PS: the busiest server shard; allreduce: the busiest rank).", "",
+             "Load: the host's 1-minute load average when the point started (2 cores; other "
+             "jobs share them, so points with a high load are noisy).", "",
+             "| network | method | S | N | step (ms) | sync (ms) | busiest endpoint (MB/step) "
+             "| formula (MB/step) | load |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        f = r["formula_bytes_per_step"]
+        lines.append(f"| {r['network']} | {r['method']} | {r['servers']} | {r['workers']} "
+                     f"| {r['step_ms']:.1f} | {r['sync_ms']:.1f} "
+                     f"| {r['busiest_bytes_per_step'] / 1e6:.2f} "
+                     f"| {'' if f == '' else f'{f / 1e6:.2f}'} | {r['load1']} |")
+    with open(os.path.join(out_root, stem + ".md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def plot_scaling(rows, path, M):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    labels = sorted({f"ps S={r['servers']}" if r["method"] == "ps" else r["method"] for r in rows})
+    color = {label: plt.cm.tab10(i % 10) for i, label in enumerate(labels)}
+    nets = sorted({str(r["network"]) for r in rows})
+    fig, axes = plt.subplots(len(nets), 2, figsize=(11, 4 * len(nets)), squeeze=False)
+    for i, net in enumerate(nets):
+        lines = defaultdict(list)
+        for r in rows:
+            if str(r["network"]) == net:
+                label = f"ps S={r['servers']}" if r["method"] == "ps" else r["method"]
+                lines[label].append(r)
+        for label, rs in sorted(lines.items()):
+            rs.sort(key=lambda r: r["workers"])
+            xs = [r["workers"] for r in rs]
+            style = "-o" if label.startswith("ps") else "--s"
+            axes[i][0].plot(xs, [r["step_ms"] for r in rs], style, label=label,
+                            color=color[label])
+            if label != "mpi":
+                axes[i][1].plot(xs, [r["busiest_bytes_per_step"] / 1e6 for r in rs], style,
+                                label=label, color=color[label])
+        axes[i][0].set(title=f"time per step (network {net})", xlabel="workers N",
+                       ylabel="ms (median, slowest rank; log)", yscale="log")
+        axes[i][1].set(title=f"busiest endpoint (M = {M})", xlabel="workers N",
+                       ylabel="MB in + out per step")
+        for ax in axes[i]:
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def consistency(exp, exp_path, out_root, binary, quick, dry_run):
+    c = exp["experiment"]["sweep"]["consistency"]
+    N, S = (2, 1) if quick else (c["workers"], c["servers"])
+    net = exp["experiment"]["sweep"]["networks"][0]
+    net_sets = [] if str(net) == "off" else [f"net.bandwidth={net}"]
+    curves = {}
+    for model in c["models"]:
+        name = f"consistency_{model}_n{N}_s{S}"
+        sets = net_sets + ["sync.backend=ps", f"ps.servers={S}", f"ps.consistency={model}",
+                           f"train.steps={8 if quick else c['steps']}"]
+        print(f"[consistency] {name}", flush=True)
+        run_point(binary, exp_path, os.path.join(out_root, name), N + S, sets, dry_run)
+        if dry_run:
+            continue
+        by_step = defaultdict(list)
+        for r in read_csv(os.path.join(out_root, name, "steps.csv")):
+            by_step[int(r["step"])].append(r)
+        t, curve = 0.0, []
+        for s in sorted(by_step):
+            t += max(float(r["step_s"]) for r in by_step[s])
+            curve.append((s, statistics.mean(float(r["loss"]) for r in by_step[s]), t))
+        curves[model] = curve
+    if dry_run:
+        return
+    with open(os.path.join(out_root, "consistency.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["consistency", "step", "loss", "time_s"])
+        for model, curve in curves.items():
+            for s, loss, t in curve:
+                w.writerow([model, s, f"{loss:.6f}", f"{t:.4f}"])
+    lines = [f"# SSP and ASP against BSP (N = {N} workers, S = {S} shard, network {net})", "",
+             "Loss: mean over workers of each worker's batch loss (last 10 steps averaged); "
+             "time: sum over steps of the slowest worker's step time.", "",
+             "| consistency | steps | final loss | time (s) | steps/s |", "|---|---|---|---|---|"]
+    for model, curve in curves.items():
+        tail = statistics.mean(l for _, l, _ in curve[-10:])
+        lines.append(f"| {model} | {len(curve)} | {tail:.4f} | {curve[-1][2]:.2f} "
+                     f"| {len(curve) / curve[-1][2]:.1f} |")
+    with open(os.path.join(out_root, "consistency.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for model, curve in curves.items():
+        axes[0].plot([s for s, _, _ in curve], [l for _, l, _ in curve], label=model)
+        axes[1].plot([t for _, _, t in curve], [l for _, l, _ in curve], label=model)
+    axes[0].set(xlabel="step", ylabel="loss (mean over workers)", title="loss vs step")
+    axes[1].set(xlabel="seconds (sum of the slowest worker's steps)", ylabel="loss",
+                title="loss vs time")
+    for ax in axes:
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_root, "consistency.png"), dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("experiment", nargs="?",
+                    default=os.path.join(ROOT, "experiments", "ps_vs_allreduce.yaml"))
+    ap.add_argument("--results", default=os.path.join(ROOT, "results"))
+    ap.add_argument("--quick", action="store_true", help="N = 1, 2 and 8 steps: a smoke test")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands only")
+    ap.add_argument("--only", choices=["scaling", "consistency"], help="run one part")
+    ap.add_argument("--replot", action="store_true",
+                    help="redraw scaling.png from scaling.csv without running anything")
+    args = ap.parse_args()
+    with open(args.experiment) as f:
+        exp = yaml.safe_load(f)
+    out_root = os.path.join(args.results, exp["experiment"]["name"])
+    os.makedirs(out_root, exist_ok=True)
+    if args.replot:
+        rows = read_csv(os.path.join(out_root, "scaling.csv"))
+        for r in rows:
+            r.update(workers=int(r["workers"]), step_ms=float(r["step_ms"]),
+                     busiest_bytes_per_step=int(r["busiest_bytes_per_step"]))
+        M = max(r["busiest_bytes_per_step"] for r in rows if r["method"] == "ps"
+                and r["workers"] == 1 and r["servers"] == "1") // 8
+        plot_scaling(rows, os.path.join(out_root, "scaling.png"), M)
+        return
+    binary = None if args.dry_run else psar_binary()
+    if args.only != "consistency":
+        scaling(exp, args.experiment, out_root, binary, args.quick, args.dry_run)
+    if args.only != "scaling":
+        consistency(exp, args.experiment, out_root, binary, args.quick, args.dry_run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+#include "ps/client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+
+#include "core/log.h"
+#include "core/timer.h"
+#include "ps/zmq_util.h"
+
+namespace psar::ps {
+
+namespace {
+
+constexpr double kPollSlice = 0.1;
+constexpr double kGoodbyeTimeout = 5.0;  // a destructor's goodbye waits at most this long
+// Servers diagnose a stalled job at ps.timeout and tell the waiting workers
+// why; a worker waits this much longer before blaming the server itself.
+constexpr double kServerDiagnosisGrace = 1.0;
+
+wire::MessageType expected_reply(wire::MessageType request) {
+  return request == wire::MSG_PULL || request == wire::MSG_PUSH_PULL ? wire::MSG_PARAMS
+                                                                     : wire::MSG_ACK;
+}
+
+}  // namespace
+
+Client::Client(const ClientOptions& options) : options_(options) {
+  PSAR_CHECK(!options.shards.empty(), "ps client: no shards");
+  int64_t next = 0;
+  for (const auto& a : options.shards) {
+    PSAR_CHECK(a.range.begin == next && a.range.end >= a.range.begin,
+               "ps client: shard ranges do not tile the parameters at shard ", a.shard);
+    next = a.range.end;
+  }
+  size_ = next;
+  try {
+    for (const auto& a : options.shards) {
+      Shard s{a,
+              ShardLayout{a.shard, a.range, options.chunk_floats},
+              zmq::socket_t(context_, zmq::socket_type::dealer),
+              {},
+              0};
+      tune_socket(s.socket);
+      s.socket.connect(a.endpoint);
+      shards_.push_back(std::move(s));
+    }
+  } catch (const zmq::error_t& e) {
+    teardown("connect failed");
+    throw CommError(who() + ": cannot connect to the shards: " + e.what());
+  }
+}
+
+Client::~Client() {
+  if (!closed_ && broken_.empty()) {
+    try {
+      round(wire::MSG_BYE, clock_, {}, {}, std::min(options_.timeout_s, kGoodbyeTimeout));
+    } catch (const std::exception& e) {
+      PSAR_LOG(kWarn, "ps", who() << ": goodbye failed: " << e.what());
+    }
+  }
+  if (broken_.empty()) teardown("closed");
+}
+
+std::string Client::who() const { return "ps worker " + std::to_string(options_.worker); }
+
+void Client::push_pull(std::span<const float> grads, std::span<float> params) {
+  PSAR_CHECK(
+      static_cast<int64_t>(grads.size()) == size_ && static_cast<int64_t>(params.size()) == size_,
+      "ps client: push_pull of ", grads.size(), " gradients into ", params.size(),
+      " parameters, the shards hold ", size_);
+  round(wire::MSG_PUSH_PULL, clock_, grads, params, options_.timeout_s);
+  ++clock_;
+}
+
+void Client::push(std::span<const float> grads) {
+  PSAR_CHECK(static_cast<int64_t>(grads.size()) == size_, "ps client: push of ", grads.size(),
+             " floats, the shards hold ", size_);
+  round(wire::MSG_PUSH, clock_, grads, {}, options_.timeout_s);
+  ++clock_;
+}
+
+void Client::pull(std::span<float> params) {
+  PSAR_CHECK(static_cast<int64_t>(params.size()) == size_, "ps client: pull into ", params.size(),
+             " floats, the shards hold ", size_);
+  round(wire::MSG_PULL, clock_, {}, params, options_.timeout_s);
+}
+
+void Client::close() {
+  if (closed_) return;
+  round(wire::MSG_BYE, clock_, {}, {}, options_.timeout_s);
+  closed_ = true;
+  teardown("closed");
+}
+
+void Client::round(wire::MessageType type, int64_t clock, std::span<const float> grads,
+                   std::span<float> params, double timeout_s) {
+  if (closed_) throw CommError(who() + ": already closed");
+  if (!broken_.empty()) throw CommError(who() + ": unusable after an earlier failure: " + broken_);
+  const double deadline = now_seconds() + timeout_s + kServerDiagnosisGrace;
+  // One request per chunk (a goodbye: one per shard), chunk 0 of every shard
+  // first, so that every server has work as early as possible.
+  int most = 0;
+  for (auto& s : shards_) {
+    const int n = type == wire::MSG_BYE ? 1 : s.layout.chunks();
+    s.answered.assign(static_cast<size_t>(n), 0);
+    s.waiting = n;
+    most = std::max(most, n);
+  }
+  try {
+    for (int c = 0; c < most; ++c)
+      for (auto& s : shards_)
+        if (c < s.waiting)
+          send_request(s, type, clock, type == wire::MSG_BYE ? s.address.range : s.layout.chunk(c),
+                       grads);
+  } catch (const zmq::error_t& e) {
+    teardown(e.what());
+    throw CommError(who() + ": " + type_name(type) + " of step " + std::to_string(clock) +
+                    ": send failed: " + e.what());
+  }
+  std::vector<zmq::pollitem_t> items;
+  for (auto& s : shards_) items.push_back({s.socket.handle(), 0, ZMQ_POLLIN, 0});
+  size_t busy = shards_.size();
+  min_version_ = std::numeric_limits<int64_t>::max();
+  while (busy > 0) {
+    zmq::poll(items.data(), items.size(),
+              std::chrono::milliseconds(poll_millis(deadline, kPollSlice)));
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (items[i].events == 0 || !(items[i].revents & ZMQ_POLLIN)) continue;
+      Shard& s = shards_[i];
+      while (s.waiting > 0 && take_reply(s, type, clock, params)) --s.waiting;
+      if (s.waiting == 0) {
+        items[i].events = 0;  // every chunk answered
+        --busy;
+      }
+    }
+    if (busy > 0 && now_seconds() >= deadline) {
+      std::string missing;
+      for (size_t i = 0; i < items.size(); ++i)
+        if (items[i].events != 0)
+          missing += (missing.empty() ? "" : ", ") + std::string("shard ") +
+                     std::to_string(shards_[i].address.shard) + " (" + shards_[i].address.endpoint +
+                     ")";
+      const std::string text = who() + ": " + type_name(type) + " of step " +
+                               std::to_string(clock) + ": no reply from " + missing + " within " +
+                               std::to_string(timeout_s + kServerDiagnosisGrace) +
+                               " s (ps.timeout + 1 s)";
+      teardown(text);
+      throw TimeoutError(text);
+    }
+  }
+  // Every shard answered, so ZeroMQ has written our payload frames; it lets go
+  // of them right after. The caller may reuse `grads` only once it has.
+  if (!borrowed_.wait_released(deadline)) {
+    const std::string text = who() + ": payload frames still held by ZeroMQ at the deadline";
+    teardown(text);
+    throw TimeoutError(text);
+  }
+}
+
+void Client::send_request(Shard& s, wire::MessageType type, int64_t clock, KeyRange keys,
+                          std::span<const float> grads) {
+  const bool pushes = type == wire::MSG_PUSH || type == wire::MSG_PUSH_PULL;
+  wire::Header h;
+  h.set_type(type);
+  h.set_token(options_.token);
+  h.set_worker(options_.worker);
+  h.set_clock(clock);
+  h.set_shard(s.address.shard);
+  h.set_key_begin(keys.begin);
+  h.set_key_end(keys.end);
+  h.set_payload_floats(pushes ? keys.size() : 0);
+  if (options_.nic) {
+    const size_t bytes = h.ByteSizeLong() + sizeof(double) +
+                         (pushes ? static_cast<size_t>(keys.size()) * sizeof(float) : 0);
+    h.set_sent_at(options_.nic->depart(bytes, now_seconds()));
+  }
+  const std::string head = encode_header(h);
+  s.socket.send(zmq::buffer(head), pushes ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  counters_.header_bytes_out += static_cast<int64_t>(head.size());
+  ++counters_.messages_out;
+  if (!pushes) return;
+  zmq::message_t payload =
+      borrowed_.borrow(grads.data() + keys.begin, static_cast<size_t>(keys.size()));
+  counters_.payload_bytes_out += static_cast<int64_t>(payload.size());
+  s.socket.send(payload, zmq::send_flags::none);
+}
+
+bool Client::take_reply(Shard& s, wire::MessageType type, int64_t clock, std::span<float> params) {
+  std::vector<zmq::message_t> frames;
+  const size_t count = recv_frames(s.socket, frames, 3);
+  if (count == 0) return false;
+  const std::string what = who() + ": " + type_name(type) + " of step " + std::to_string(clock) +
+                           ": shard " + std::to_string(s.address.shard) + " (" +
+                           s.address.endpoint + ")";
+  wire::Header h;
+  if (count > 2 || !decode_header(frames[0].data(), frames[0].size(), h) ||
+      h.token() != options_.token)
+    fail_protocol(what + " sent a reply that is not this job's protocol");
+  ++counters_.messages_in;
+  counters_.header_bytes_in += static_cast<int64_t>(frames[0].size());
+  if (options_.nic && h.sent_at() > 0) {  // emulated ingress of this worker's NIC
+    const size_t bytes = frames[0].size() + (count == 2 ? frames[1].size() : 0);
+    wait_until(options_.nic->arrive(bytes, h.sent_at()));
+  }
+  if (h.type() == wire::MSG_ERROR) {
+    ++counters_.rejected;
+    const std::string text =
+        what + " answered with an error (" + status_name(h.status()) + "): " + h.error();
+    teardown(text);
+    if (h.status() == wire::STATUS_TIMEOUT) throw TimeoutError(text);
+    if (h.status() == wire::STATUS_PEER_FAILED) throw CommError(text);
+    throw ProtocolError(text);
+  }
+  const KeyRange keys{h.key_begin(), h.key_end()};
+  const int chunk = type == wire::MSG_BYE ? 0 : s.layout.chunk_containing(keys);
+  const KeyRange want =
+      type == wire::MSG_BYE ? s.address.range : s.layout.chunk(std::max(chunk, 0));
+  const int64_t want_clock = type == wire::MSG_PUSH_PULL ? clock + 1 : clock;
+  if (h.type() != expected_reply(type) || h.shard() != s.address.shard ||
+      h.worker() != options_.worker || h.clock() != want_clock || chunk < 0 || keys != want ||
+      s.answered[static_cast<size_t>(chunk)])
+    fail_protocol(what + " answered with " + type_name(h.type()) + " of worker " +
+                  std::to_string(h.worker()) + ", step " + std::to_string(h.clock()) + ", keys " +
+                  to_string(keys));
+  s.answered[static_cast<size_t>(chunk)] = 1;
+  min_version_ = std::min(min_version_, h.version());
+  if (h.type() != wire::MSG_PARAMS) return true;
+  const size_t bytes = count == 2 ? frames[1].size() : 0;
+  if (h.payload_floats() != keys.size() ||
+      bytes != static_cast<size_t>(keys.size()) * sizeof(float))
+    fail_protocol(what + " sent parameters " + to_string(keys) + " in " + std::to_string(bytes) +
+                  " bytes");
+  if (bytes > 0) std::memcpy(params.data() + keys.begin, frames[1].data(), bytes);
+  counters_.payload_bytes_in += static_cast<int64_t>(bytes);
+  return true;
+}
+
+void Client::fail_protocol(const std::string& what) {
+  teardown(what);
+  throw ProtocolError(what);
+}
+
+void Client::teardown(const std::string& why) {
+  if (broken_.empty()) broken_ = why;
+  // Closing with linger 0 and terminating the context drops every queued
+  // frame and waits until ZeroMQ has released all of them.
+  for (auto& s : shards_) s.socket.close();
+  context_.close();
+}
+
+}  // namespace psar::ps

@@ -1,0 +1,100 @@
+#pragma once
+// Client: the worker side of the parameter server, one DEALER socket per
+// shard. push_pull() is one training step's synchronization: the gradient's
+// slice for each shard goes out on every socket at once, one message per
+// chunk of the shard (zero-copy: ZeroMQ reads the caller's buffer), then the
+// replies are collected from whichever shard answers first (polling all
+// sockets) and each chunk is copied into the parameters as it arrives.
+//
+// Every wait has a deadline: options.timeout_s plus one second, so that a
+// server, which diagnoses a stalled job at timeout_s, can tell the worker
+// which peer it waits for. A timeout names the shards that did not answer
+// and their endpoints. Under network emulation the requests leave through the
+// worker's NIC one after another and each reply counts as received once the
+// NIC has taken it in. An error reply names the shard
+// and carries the server's reason. After any failure the client tears its
+// sockets down at once — so ZeroMQ holds no reference to the caller's
+// buffers once the exception propagates — and refuses further calls.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "comm/netem.h"
+#include "ps/server.h"
+#include "ps/sharding.h"
+#include "ps/wire.h"
+#include "ps/zmq_util.h"
+
+namespace psar::ps {
+
+struct ShardAddress {
+  int shard = 0;
+  std::string endpoint;
+  KeyRange range;
+};
+
+struct ClientOptions {
+  int worker = 0;
+  uint64_t token = 0;
+  double timeout_s = 60.0;
+  int64_t chunk_floats = 0;          // the servers' chunk size (0: one chunk per shard)
+  std::vector<ShardAddress> shards;  // in key order; together they tile [0, M)
+  std::shared_ptr<Nic> nic;          // emulated NIC of this worker's rank; null = none
+};
+
+class Client {
+ public:
+  explicit Client(const ClientOptions& options);  // connects (asynchronously)
+  ~Client();  // says goodbye unless closed or broken; never throws
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Pushes the gradient of step clock() and pulls the parameters of the next
+  // step into `params` (both M floats); clock() advances.
+  void push_pull(std::span<const float> grads, std::span<float> params);
+  void push(std::span<const float> grads);  // gradient of step clock(); clock() advances
+  void pull(std::span<float> params);       // parameters for step clock()
+  // Goodbye to every shard, after clock() steps; waits for their acks.
+  void close();
+
+  int64_t clock() const { return clock_; }
+  int64_t size() const { return size_; }  // M
+  // Fewest updates any shard had applied at its last reply (staleness under ssp/asp).
+  int64_t min_version() const { return min_version_; }
+  const PsCounters& counters() const { return counters_; }
+
+ private:
+  struct Shard {
+    ShardAddress address;
+    ShardLayout layout;
+    zmq::socket_t socket;
+    std::vector<char> answered;  // by chunk, in the current round
+    int waiting = 0;             // replies still due in the current round
+  };
+  void round(wire::MessageType type, int64_t clock, std::span<const float> grads,
+             std::span<float> params, double timeout_s);
+  void send_request(Shard& shard, wire::MessageType type, int64_t clock, KeyRange keys,
+                    std::span<const float> grads);
+  // Takes one waiting reply; false if none was waiting.
+  bool take_reply(Shard& shard, wire::MessageType type, int64_t clock, std::span<float> params);
+  [[noreturn]] void fail_protocol(const std::string& what);
+  void teardown(const std::string& why);
+  std::string who() const;
+
+  ClientOptions options_;
+  int64_t size_ = 0;
+  zmq::context_t context_{1};
+  std::vector<Shard> shards_;
+  int64_t clock_ = 0;
+  int64_t min_version_ = 0;
+  PsCounters counters_;
+  BorrowedFrames borrowed_;  // zero-copy payload frames of the current round
+  std::string broken_;       // why the client is unusable; "" while healthy
+  bool closed_ = false;
+};
+
+}  // namespace psar::ps

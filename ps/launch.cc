@@ -1,0 +1,114 @@
+#include "ps/launch.h"
+
+#include <cstring>
+#include <random>
+
+#include "core/errors.h"
+#include "core/log.h"
+
+namespace psar::ps {
+
+namespace {
+
+uint64_t draw_token() {
+  std::random_device device;
+  uint64_t token = 0;
+  while (token == 0)  // 0 marks "no token" in error replies
+    token = (static_cast<uint64_t>(device()) << 32) ^ device();
+  return token;
+}
+
+std::span<const std::byte> bytes_of(const std::string& s) {
+  return std::as_bytes(std::span<const char>(s.data(), s.size()));
+}
+
+}  // namespace
+
+std::vector<std::string> exchange_endpoints(Comm& world, const std::function<std::string()>& bind,
+                                            const std::string& what) {
+  std::string mine;
+  try {
+    mine = bind();
+  } catch (const std::exception& e) {
+    mine = "!" + std::string(e.what());  // "!why": this rank failed
+  }
+  const auto all = world.allgather_bytes(bytes_of(mine));
+  std::vector<std::string> endpoints;
+  for (int r = 0; r < world.size(); ++r) {
+    std::string entry(reinterpret_cast<const char*>(all[r].data()), all[r].size());
+    if (!entry.empty() && entry[0] == '!')
+      throw CommError("ps: rank " + std::to_string(r) + " could not start its " + what + ": " +
+                      entry.substr(1));
+    endpoints.push_back(std::move(entry));
+  }
+  return endpoints;
+}
+
+PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> initial,
+                 std::span<const ParamInfo> infos) {
+  const int W = world.size(), rank = world.rank();
+  const int S = options.colocated ? W : options.servers;
+  if (!options.colocated && (S < 1 || S >= W))
+    throw ConfigError("ps.servers = " + std::to_string(S) + " dedicated server(s) among " +
+                      std::to_string(W) + " ranks leaves " + (S < 1 ? "no server" : "no worker") +
+                      " (run more ranks, or set ps.colocated: true)");
+  PsRank me;
+  me.workers = options.colocated ? W : W - S;
+  me.shard = options.colocated || rank < S ? rank : -1;
+  me.worker = options.colocated ? rank : (rank >= S ? rank - S : -1);
+
+  uint64_t token = rank == 0 ? draw_token() : 0;
+  world.broadcast_bytes(std::as_writable_bytes(std::span<uint64_t>(&token, 1)), 0);
+  me.token = token;
+
+  const auto plan = plan_shards(static_cast<int64_t>(initial.size()), S,
+                                options.align_shards ? infos : std::span<const ParamInfo>{});
+  const auto endpoints = exchange_endpoints(
+      world,
+      [&]() -> std::string {
+        if (me.shard < 0) return "";
+        ServerOptions so;
+        so.shard = me.shard;
+        so.range = plan[me.shard];
+        so.chunk_floats = chunk_floats_for(options.chunk_bytes);
+        so.workers = me.workers;
+        so.token = token;
+        so.consistency = options.consistency;
+        so.staleness = options.staleness;
+        so.optimizer = options.optimizer;
+        so.timeout_s = options.timeout_s;
+        so.bind = options.interface;
+        so.nic = world.network();
+        me.server =
+            std::make_unique<Server>(so, initial.subspan(static_cast<size_t>(so.range.begin),
+                                                         static_cast<size_t>(so.range.size())));
+        return me.server->endpoint();
+      },
+      "parameter server on '" + options.interface + "'");
+  for (int r = 0; r < S; ++r) me.shards.push_back({r, endpoints[r], plan[r]});
+  PSAR_LOG(kInfo, "ps",
+           "rank " << rank << ": " << (me.shard >= 0 ? "shard " : "")
+                   << (me.shard >= 0 ? std::to_string(me.shard) + " " : "")
+                   << (me.worker >= 0 ? "worker " + std::to_string(me.worker) : "") << " of " << S
+                   << " shard(s), " << me.workers << " worker(s)");
+
+  if (!options.colocated) {
+    auto split = world.split(me.worker >= 0 ? 1 : 0, rank);
+    if (me.worker >= 0) me.worker_comm = std::move(split);
+  } else {
+    me.server_thread = std::make_unique<ServerThread>(std::move(me.server));
+  }
+  if (me.worker >= 0) {
+    ClientOptions co;
+    co.worker = me.worker;
+    co.token = token;
+    co.timeout_s = options.timeout_s;
+    co.shards = me.shards;
+    co.chunk_floats = chunk_floats_for(options.chunk_bytes);
+    co.nic = world.network();
+    me.client = std::make_unique<Client>(co);
+  }
+  return me;
+}
+
+}  // namespace psar::ps

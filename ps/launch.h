@@ -1,0 +1,71 @@
+#pragma once
+// Bootstrap of a parameter-server job over an existing communicator (MPI in
+// real runs, in-process threads in tests): who serves, who works, where the
+// servers listen, and the job token. Nothing is hard-coded: every server
+// binds a free port on options.interface, and the real endpoints and the
+// token (random, drawn by rank 0) travel through Comm::allgather_bytes /
+// broadcast_bytes, the control plane.
+//
+// Layouts, for a world of W ranks:
+//  - dedicated (default): ranks 0..S-1 are server shards, ranks S..W-1 are
+//    workers 0..N-1 (N = W - S). Servers run Server::run() on their main
+//    thread; the workers get a communicator of their own (split off).
+//  - co-located: every rank r is worker r and hosts shard r on a thread
+//    (S = N = W), so the parameter traffic spreads over all ranks.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/comm.h"
+#include "core/optim.h"
+#include "core/param_store.h"
+#include "ps/client.h"
+#include "ps/server.h"
+
+namespace psar::ps {
+
+struct PsOptions {
+  int servers = 1;  // S, dedicated layout only
+  bool colocated = false;
+  Consistency consistency = Consistency::kBsp;
+  int staleness = 2;
+  std::string interface = "127.0.0.1";
+  bool align_shards = false;
+  int64_t chunk_bytes = 1 << 20;  // pipelining unit of a push_pull (ps.chunk_bytes)
+  double timeout_s = 60.0;
+  OptimizerOptions optimizer;
+};
+
+// One rank's part in the job.
+struct PsRank {
+  int worker = -1;  // this rank's worker id; -1 on a dedicated server
+  int workers = 0;  // N
+  int shard = -1;   // the shard this rank serves; -1 if none
+  uint64_t token = 0;
+  std::vector<ShardAddress> shards;
+  std::unique_ptr<Server> server;               // dedicated server: call run()
+  std::unique_ptr<ServerThread> server_thread;  // co-located: already serving
+  std::unique_ptr<Client> client;               // every worker
+  std::unique_ptr<Comm> worker_comm;            // dedicated layout, on workers
+};
+
+// Collective over `world`: runs `bind` on this rank (a rank that serves
+// nothing returns "") and returns every rank's endpoint in rank order. If
+// `bind` throws on some rank, every rank throws CommError naming it, so no
+// rank waits for an endpoint that will never come.
+std::vector<std::string> exchange_endpoints(Comm& world, const std::function<std::string()>& bind,
+                                            const std::string& what);
+
+// Collective over `world`. Servers and clients share the emulated NIC of
+// their rank (world.network(), comm/netem.h), if any. `initial` holds the full initial parameters
+// (identical on every rank); `infos` are the tensors, for ps.align_shards.
+// Throws ConfigError for a layout that leaves no worker, CommError (on every
+// rank) if some rank could not bind.
+PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> initial,
+                 std::span<const ParamInfo> infos = {});
+
+}  // namespace psar::ps

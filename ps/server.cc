@@ -1,0 +1,364 @@
+#include "ps/server.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/log.h"
+#include "core/timer.h"
+#include "ps/validate.h"
+#include "ps/zmq_util.h"
+
+namespace psar::ps {
+
+namespace {
+
+constexpr size_t kMaxFrames = 4;  // identity, header, payload, and one to spot extras
+constexpr double kPollSlice = 0.1;
+
+std::string list(const std::vector<int>& workers) {
+  std::string s;
+  for (int w : workers) s += (s.empty() ? "" : ", ") + std::to_string(w);
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+Server::Server(const ServerOptions& options, std::span<const float> initial)
+    : options_(options),
+      layout_{options.shard, options.range, options.chunk_floats},
+      socket_(context_, zmq::socket_type::router) {
+  PSAR_CHECK(static_cast<int64_t>(initial.size()) == options.range.size(),
+             "ps shard: initial parameters hold ", initial.size(), " floats, range ",
+             to_string(options.range), " needs ", options.range.size());
+  for (int c = 0; c < layout_.chunks(); ++c) {
+    const KeyRange keys = layout_.chunk(c);
+    chunks_.push_back(std::make_unique<ShardState>(
+        ShardStateOptions{keys, options.workers, options.consistency, options.staleness,
+                          options.optimizer},
+        initial.subspan(static_cast<size_t>(keys.begin - options.range.begin),
+                        static_cast<size_t>(keys.size()))));
+  }
+  tune_socket(socket_);
+  // A frame larger than a chunk is hostile: ZeroMQ drops such a peer before
+  // buffering the frame.
+  const int64_t cap = std::max<int64_t>(layout_.chunk(0).size() * 4, 64 * 1024);
+  socket_.set(zmq::sockopt::maxmsgsize, cap);
+  endpoint_ = bind_endpoint(socket_, options.bind);
+  told_.assign(static_cast<size_t>(options.workers), 0);
+}
+
+Server::~Server() = default;
+
+std::string Server::name() const {
+  return "ps shard " + std::to_string(options_.shard) + " (" + endpoint_ + ")";
+}
+
+void Server::run() {
+  double last_valid = now_seconds();
+  while (!done() && !stop_.load()) {
+    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+    const long ms = poll_millis(last_valid + options_.timeout_s, kPollSlice);
+    zmq::poll(&item, 1, std::chrono::milliseconds(ms));
+    const int64_t before = counters_.messages_in.load(std::memory_order_relaxed);
+    while (!done() && receive_one()) {
+    }
+    const double now = now_seconds();
+    if (counters_.messages_in.load(std::memory_order_relaxed) != before) last_valid = now;
+    if (!done() && now - last_valid > options_.timeout_s) fail_timeout(now - last_valid);
+  }
+  // Let the last acknowledgements leave before the socket closes.
+  socket_.set(zmq::sockopt::linger, kCloseLingerMs);
+  if (!failure_.empty()) throw CommError(name() + ": " + failure_);
+}
+
+bool Server::done() const {
+  if (all_left()) return true;
+  if (failure_.empty()) return false;
+  for (int w = 0; w < options_.workers; ++w)
+    if (!chunks_.front()->has_left(w) && !told_[w]) return false;
+  return true;
+}
+
+void Server::tell_failed(zmq::message_t& identity, const wire::Header& request,
+                         const std::string& why) {
+  failure_ = why;
+  if (request.worker() >= 0 && request.worker() < options_.workers) told_[request.worker()] = 1;
+  send_error(identity, &request, wire::STATUS_PEER_FAILED, why);
+}
+
+bool Server::receive_one() {
+  std::vector<zmq::message_t> frames;
+  const size_t count = recv_frames(socket_, frames, kMaxFrames);
+  if (count == 0) return false;
+  handle(frames, count);
+  return true;
+}
+
+void Server::handle(std::vector<zmq::message_t>& frames, size_t count) {
+  zmq::message_t& identity = frames[0];
+  wire::Header header;
+  bool parsed = false;
+  try {
+    if (count < 2 || count > 3)
+      throw RequestError(wire::STATUS_BAD_FRAMES,
+                         "expected a header frame and at most one payload frame, got " +
+                             std::to_string(count - 1) + " frames");
+    if (!decode_header(frames[1].data(), frames[1].size(), header))
+      throw RequestError(
+          wire::STATUS_MALFORMED_HEADER,
+          "header frame of " + std::to_string(frames[1].size()) + " bytes does not parse");
+    parsed = true;
+    zmq::message_t* payload = count == 3 ? &frames[2] : nullptr;
+    const int chunk =
+        validate_request(header, payload ? payload->size() : 0, layout_, options_.token);
+    if (options_.nic && header.sent_at() > 0) {
+      // Emulated ingress: arrivals serialize on this NIC, in the order taken in.
+      const size_t bytes = frames[1].size() + (payload ? payload->size() : 0);
+      wait_until(options_.nic->arrive(bytes, header.sent_at()));
+    }
+    dispatch(identity, header, chunk, payload);
+    counters_.messages_in.fetch_add(1, std::memory_order_relaxed);
+    counters_.header_in.fetch_add(static_cast<int64_t>(frames[1].size()),
+                                  std::memory_order_relaxed);
+  } catch (const RequestError& e) {
+    send_error(identity, parsed ? &header : nullptr, e.status(), e.what());
+  }
+}
+
+void Server::dispatch(zmq::message_t& identity, const wire::Header& h, int chunk,
+                      zmq::message_t* payload) {
+  const int worker = h.worker();
+  ShardState& state = *chunks_[chunk];
+  switch (static_cast<int>(h.type())) {  // validate_request() let only requests through
+    case wire::MSG_PUSH:
+    case wire::MSG_PUSH_PULL: {
+      auto frame = std::make_shared<zmq::message_t>(std::move(*payload));
+      const std::span<float> data(frame->data<float>(), frame->size() / sizeof(float));
+      const int64_t bytes = static_cast<int64_t>(frame->size());
+      const bool changed = state.push(worker, h.clock(), Gradient{data, std::move(frame)});
+      counters_.payload_in.fetch_add(bytes, std::memory_order_relaxed);
+      if (changed) answer_parked();
+      if (h.type() == wire::MSG_PUSH_PULL)
+        pull(identity, h, chunk, h.clock() + 1, layout_.chunk(chunk));
+      else
+        send_ack(identity, h);
+      break;
+    }
+    case wire::MSG_PULL:
+      state.check_pull(worker, h.clock());
+      pull(identity, h, chunk, h.clock(), {h.key_begin(), h.key_end()});
+      break;
+    case wire::MSG_BYE:
+      // A goodbye is for the whole shard; every chunk checks it first.
+      for (const auto& c : chunks_) c->check_leave(worker, h.clock());
+      for (const auto& c : chunks_) c->leave(worker, h.clock());
+      send_ack(identity, h);
+      answer_parked();  // pulls that needed this worker's pushes now fail
+      break;
+  }
+}
+
+void Server::pull(zmq::message_t& identity, const wire::Header& h, int chunk, int64_t clock,
+                  KeyRange keys) {
+  const ShardState& state = *chunks_[chunk];
+  if (state.pull_ready(clock)) {
+    send_params(identity, h, chunk, clock, keys);
+    return;
+  }
+  const std::string blocked = state.pull_blocked(clock);
+  if (!blocked.empty()) {
+    tell_failed(identity, h, blocked);
+    return;
+  }
+  Parked p{zmq::message_t(), h, chunk, clock, keys};
+  p.identity.copy(identity);
+  parked_.push_back(std::move(p));
+}
+
+void Server::answer_parked() {
+  std::vector<Parked> still;
+  for (auto& p : parked_) {
+    const ShardState& state = *chunks_[p.chunk];
+    if (state.pull_ready(p.clock)) {
+      send_params(p.identity, p.request, p.chunk, p.clock, p.keys);
+    } else if (const std::string blocked = state.pull_blocked(p.clock); !blocked.empty()) {
+      tell_failed(p.identity, p.request, blocked);
+    } else {
+      still.push_back(std::move(p));
+    }
+  }
+  parked_ = std::move(still);
+}
+
+void Server::send_params(zmq::message_t& identity, const wire::Header& request, int chunk,
+                         int64_t clock, KeyRange keys) {
+  ShardState& state = *chunks_[chunk];
+  wire::Header reply;
+  reply.set_type(wire::MSG_PARAMS);
+  reply.set_worker(request.worker());
+  reply.set_clock(clock);
+  reply.set_key_begin(keys.begin);
+  reply.set_key_end(keys.end);
+  reply.set_payload_floats(keys.size());
+  reply.set_version(state.applied());
+  zmq::message_t payload;
+  if (keys.size() > 0) {
+    // Zero-copy: the frame references the chunk's buffer until ZeroMQ is done with it.
+    SharedParams& params = state.params();
+    const float* first = params.view().data() + (keys.begin - state.options().range.begin);
+    payload = zmq::message_t(const_cast<float*>(first), keys.size() * sizeof(float),
+                             &SharedParams::release, params.acquire());
+  }
+  counters_.payload_out.fetch_add(keys.size() * static_cast<int64_t>(sizeof(float)),
+                                  std::memory_order_relaxed);
+  send_reply(identity, reply, &payload);
+}
+
+void Server::send_ack(zmq::message_t& identity, const wire::Header& request) {
+  wire::Header ack;
+  ack.set_type(wire::MSG_ACK);
+  ack.set_worker(request.worker());
+  ack.set_clock(request.clock());
+  ack.set_key_begin(request.key_begin());
+  ack.set_key_end(request.key_end());
+  ack.set_version(applied());
+  send_reply(identity, ack, nullptr);
+}
+
+void Server::send_reply(zmq::message_t& identity, wire::Header& reply, zmq::message_t* payload) {
+  reply.set_token(options_.token);
+  reply.set_shard(options_.shard);
+  if (options_.nic) {
+    const size_t bytes = reply.ByteSizeLong() + sizeof(double) + (payload ? payload->size() : 0);
+    reply.set_sent_at(options_.nic->depart(bytes, now_seconds()));
+  }
+  const std::string head = encode_header(reply);
+  zmq::message_t id;
+  id.copy(identity);
+  socket_.send(id, zmq::send_flags::sndmore);
+  socket_.send(zmq::buffer(head), payload ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  if (payload) socket_.send(*payload, zmq::send_flags::none);
+  counters_.messages_out.fetch_add(1, std::memory_order_relaxed);
+  counters_.header_out.fetch_add(static_cast<int64_t>(head.size()), std::memory_order_relaxed);
+}
+
+void Server::send_error(zmq::message_t& identity, const wire::Header* request, wire::Status status,
+                        const std::string& text) {
+  counters_.rejected[static_cast<size_t>(status) % counters_.rejected.size()].fetch_add(
+      1, std::memory_order_relaxed);
+  PSAR_LOG(kDebug, "ps", name() << ": rejected a request: " << status_name(status) << ": " << text);
+  wire::Header reply;
+  reply.set_type(wire::MSG_ERROR);
+  reply.set_status(status);
+  reply.set_error(text);
+  if (request) {
+    reply.set_worker(request->worker());
+    reply.set_clock(request->clock());
+  }
+  // Echo the sender's token, never ours: a foreign sender learns nothing.
+  reply.set_token(request ? request->token() : 0);
+  reply.set_shard(options_.shard);
+  reply.set_version(applied());
+  const std::string head = encode_header(reply);
+  zmq::message_t id;
+  id.copy(identity);
+  socket_.send(id, zmq::send_flags::sndmore);
+  socket_.send(zmq::buffer(head), zmq::send_flags::none);
+  counters_.messages_out.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Server::fail_timeout(double idle_s) {
+  if (!failure_.empty()) {  // the cause, not the silence that followed it
+    socket_.set(zmq::sockopt::linger, kCloseLingerMs);
+    throw CommError(name() + ": " + failure_);
+  }
+  std::string text = name() + ": no request for " + std::to_string(idle_s) + " s (ps.timeout " +
+                     std::to_string(options_.timeout_s) + " s); ";
+  // The chunk furthest behind names the workers everyone waits for.
+  const ShardState* oldest = chunks_.front().get();
+  for (const auto& c : chunks_)
+    if (c->applied() < oldest->applied()) oldest = c.get();
+  const std::vector<int> waiting = oldest->waiting_for();
+  if (!parked_.empty())
+    text += "clock " + std::to_string(oldest->applied()) + " waits for the pushes of worker(s) " +
+            list(waiting);
+  else
+    text += "worker(s) " + list(waiting) + " still active but silent";
+  for (auto& p : parked_) send_error(p.identity, &p.request, wire::STATUS_TIMEOUT, text);
+  parked_.clear();
+  socket_.set(zmq::sockopt::linger, kCloseLingerMs);  // let those errors leave
+  throw TimeoutError(text);
+}
+
+PsCounters Server::counters() const {
+  PsCounters c;
+  c.payload_bytes_in = counters_.payload_in.load();
+  c.payload_bytes_out = counters_.payload_out.load();
+  c.header_bytes_in = counters_.header_in.load();
+  c.header_bytes_out = counters_.header_out.load();
+  c.messages_in = counters_.messages_in.load();
+  c.messages_out = counters_.messages_out.load();
+  for (const auto& r : counters_.rejected) c.rejected += r.load();
+  return c;
+}
+
+int64_t Server::rejected(wire::Status status) const {
+  return counters_.rejected[static_cast<size_t>(status) % counters_.rejected.size()].load();
+}
+
+std::vector<float> Server::params() const {
+  std::vector<float> all;
+  for (const auto& c : chunks_) {
+    const auto view = c->params().view();
+    all.insert(all.end(), view.begin(), view.end());
+  }
+  return all;
+}
+
+int64_t Server::applied() const {
+  int64_t least = chunks_.front()->applied();
+  for (const auto& c : chunks_) least = std::min(least, c->applied());
+  return least;
+}
+
+int64_t Server::param_copies() const {
+  int64_t n = 0;
+  for (const auto& c : chunks_) n += c->params().copies();
+  return n;
+}
+
+// ---- ServerThread ---------------------------------------------------------------------
+
+ServerThread::ServerThread(std::unique_ptr<Server> server) : server_(std::move(server)) {
+  thread_ = std::thread([this] {
+    try {
+      server_->run();
+    } catch (...) {
+      error_ = std::current_exception();
+      failed_.store(true);
+    }
+    finished_.store(true);
+  });
+}
+
+ServerThread::~ServerThread() {
+  if (thread_.joinable()) {
+    server_->stop();
+    thread_.join();
+  }
+}
+
+void ServerThread::check() {
+  if (failed_.load()) {
+    if (thread_.joinable()) thread_.join();
+    std::rethrow_exception(error_);
+  }
+}
+
+void ServerThread::join() {
+  if (thread_.joinable()) thread_.join();
+  if (error_) std::rethrow_exception(error_);
+}
+
+}  // namespace psar::ps

@@ -1,0 +1,211 @@
+#include "ps/shard_state.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/errors.h"
+#include "core/ops.h"
+#include "ps/wire.h"
+
+namespace psar::ps {
+
+Consistency parse_consistency(const std::string& name) {
+  if (name == "bsp") return Consistency::kBsp;
+  if (name == "ssp") return Consistency::kSsp;
+  if (name == "asp") return Consistency::kAsp;
+  throw ConfigError("ps.consistency: unknown model '" + name + "' (expected bsp, ssp or asp)");
+}
+
+const char* to_string(Consistency c) {
+  switch (c) {
+    case Consistency::kBsp:
+      return "bsp";
+    case Consistency::kSsp:
+      return "ssp";
+    case Consistency::kAsp:
+      return "asp";
+  }
+  return "?";
+}
+
+// ---- SharedParams -----------------------------------------------------------------
+
+struct SharedParams::Block {
+  std::vector<float> values;
+  std::atomic<int> refs{1};  // the owner's reference plus one per reply in flight
+};
+
+SharedParams::SharedParams(std::span<const float> initial) : block_(new Block) {
+  block_->values.assign(initial.begin(), initial.end());
+}
+
+SharedParams::~SharedParams() { release(nullptr, block_); }
+
+std::span<const float> SharedParams::view() const { return block_->values; }
+
+std::span<float> SharedParams::writable() {
+  // acquire: every read a finished send made of this buffer happens before our writes.
+  if (block_->refs.load(std::memory_order_acquire) != 1) {
+    auto* fresh = new Block;
+    fresh->values = block_->values;
+    release(nullptr, block_);
+    block_ = fresh;
+    ++copies_;
+  }
+  return block_->values;
+}
+
+void* SharedParams::acquire() {
+  block_->refs.fetch_add(1, std::memory_order_relaxed);
+  return block_;
+}
+
+void SharedParams::release(void*, void* hint) {
+  auto* block = static_cast<Block*>(hint);
+  if (block->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete block;
+}
+
+// ---- averaging ----------------------------------------------------------------------
+
+void average_gradients(std::span<float> out, std::span<const float* const> grads) {
+  PSAR_CHECK(!grads.empty(), "average_gradients: no gradients");
+  const int64_t n = static_cast<int64_t>(out.size());
+  const float inv = 1.0f / static_cast<float>(grads.size());
+  // Blocks small enough that `out` stays in L1 while every input streams past once.
+  constexpr int64_t kBlock = 2048;
+  for (int64_t first = 0; first < n; first += kBlock) {
+    const int64_t len = std::min(kBlock, n - first);
+    float* dst = out.data() + first;
+    if (grads[0] != out.data()) std::memcpy(dst, grads[0] + first, len * sizeof(float));
+    for (size_t k = 1; k < grads.size(); ++k) ops::add_inplace(dst, grads[k] + first, len);
+    if (grads.size() > 1) ops::scale(dst, inv, len);
+  }
+}
+
+// ---- ShardState ---------------------------------------------------------------------
+
+ShardState::ShardState(const ShardStateOptions& options, std::span<const float> initial)
+    : options_(options),
+      params_(initial),
+      optimizer_(make_optimizer(options.optimizer, options.range.size())),
+      pushed_(static_cast<size_t>(options.workers), 0),
+      left_(static_cast<size_t>(options.workers), 0) {
+  PSAR_CHECK(options.workers >= 1, "ps shard: need at least one worker");
+  PSAR_CHECK(static_cast<int64_t>(initial.size()) == options.range.size(),
+             "ps shard: initial parameters hold ", initial.size(), " floats, range ",
+             to_string(options.range), " needs ", options.range.size());
+  if (options.staleness < 0)
+    throw ConfigError("ps.staleness: must be >= 0, got " + std::to_string(options.staleness));
+  if (options.consistency != Consistency::kAsp) {
+    slots_.resize(static_cast<size_t>(lag()) + 1);
+    for (auto& s : slots_) s.grads.resize(static_cast<size_t>(options.workers));
+  }
+}
+
+int64_t ShardState::lag() const {
+  return options_.consistency == Consistency::kSsp ? options_.staleness : 0;
+}
+
+void ShardState::check_worker(int worker) const {
+  if (worker < 0 || worker >= options_.workers)
+    throw RequestError(wire::STATUS_BAD_WORKER, "worker " + std::to_string(worker) +
+                                                    " outside [0, " +
+                                                    std::to_string(options_.workers) + ")");
+  if (left_[worker])
+    throw RequestError(wire::STATUS_BAD_WORKER,
+                       "worker " + std::to_string(worker) + " has already left");
+}
+
+bool ShardState::push(int worker, int64_t clock, Gradient grad) {
+  check_worker(worker);
+  PSAR_CHECK(static_cast<int64_t>(grad.data.size()) == options_.range.size(), "ps shard: push of ",
+             grad.data.size(), " floats into ", to_string(options_.range));
+  if (clock != pushed_[worker])
+    throw RequestError(wire::STATUS_BAD_CLOCK, "worker " + std::to_string(worker) +
+                                                   " pushed clock " + std::to_string(clock) +
+                                                   ", expected " + std::to_string(pushed_[worker]));
+  if (options_.consistency == Consistency::kAsp) {
+    if (options_.workers > 1)
+      ops::scale(grad.data.data(), 1.0f / static_cast<float>(options_.workers),
+                 static_cast<int64_t>(grad.data.size()));
+    optimizer_->step(params_.writable(), grad.data);
+    ++pushed_[worker];
+    ++applied_;
+    return true;
+  }
+  if (clock > applied_ + lag())
+    throw RequestError(wire::STATUS_BAD_CLOCK,
+                       "worker " + std::to_string(worker) + " pushed clock " +
+                           std::to_string(clock) + " but only " + std::to_string(applied_) +
+                           " clocks are applied (staleness bound " + std::to_string(lag()) + ")");
+  Slot& slot = slots_[static_cast<size_t>(clock) % slots_.size()];
+  slot.grads[worker] = std::move(grad);
+  ++slot.count;
+  ++pushed_[worker];
+  const int64_t before = applied_;
+  apply_complete_clocks();
+  return applied_ != before;
+}
+
+void ShardState::apply_complete_clocks() {
+  for (;;) {
+    Slot& slot = slots_[static_cast<size_t>(applied_) % slots_.size()];
+    if (slot.count < options_.workers) return;
+    std::vector<const float*> inputs;
+    for (const auto& g : slot.grads) inputs.push_back(g.data.data());
+    std::span<float> avg = slot.grads[0].data;
+    average_gradients(avg, inputs);
+    optimizer_->step(params_.writable(), avg);
+    for (auto& g : slot.grads) g = {};
+    slot.count = 0;
+    ++applied_;
+  }
+}
+
+void ShardState::check_pull(int worker, int64_t clock) const {
+  check_worker(worker);
+  if (clock < 0 || clock > pushed_[worker])
+    throw RequestError(wire::STATUS_BAD_CLOCK, "worker " + std::to_string(worker) +
+                                                   " pulled for step " + std::to_string(clock) +
+                                                   " after pushing " +
+                                                   std::to_string(pushed_[worker]) + " steps");
+}
+
+bool ShardState::pull_ready(int64_t clock) const {
+  return options_.consistency == Consistency::kAsp || applied_ >= clock - lag();
+}
+
+std::string ShardState::pull_blocked(int64_t clock) const {
+  if (options_.consistency == Consistency::kAsp) return {};
+  const int64_t needed = clock - lag();  // clocks that must be applied
+  for (int w = 0; w < options_.workers; ++w)
+    if (left_[w] && pushed_[w] < needed)
+      return "worker " + std::to_string(w) + " left after " + std::to_string(pushed_[w]) +
+             " steps; clock " + std::to_string(pushed_[w]) + " can never complete";
+  return {};
+}
+
+void ShardState::check_leave(int worker, int64_t clock) const {
+  check_worker(worker);
+  if (clock != pushed_[worker])
+    throw RequestError(wire::STATUS_BAD_CLOCK, "worker " + std::to_string(worker) +
+                                                   " said bye after " + std::to_string(clock) +
+                                                   " steps but pushed " +
+                                                   std::to_string(pushed_[worker]));
+}
+
+void ShardState::leave(int worker, int64_t clock) {
+  check_leave(worker, clock);
+  left_[worker] = 1;
+  ++left_count_;
+}
+
+std::vector<int> ShardState::waiting_for() const {
+  std::vector<int> out;
+  for (int w = 0; w < options_.workers; ++w)
+    if (!left_[w] && (options_.consistency == Consistency::kAsp || pushed_[w] <= applied_))
+      out.push_back(w);
+  return out;
+}
+
+}  // namespace psar::ps

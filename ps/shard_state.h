@@ -1,0 +1,128 @@
+#pragma once
+// ShardState: what one parameter-server shard knows, without any sockets —
+// its slice of the parameters, the optimizer over that slice, the gradients
+// pushed but not yet applied, and each worker's clock. The Server feeds it
+// validated requests; tests and the benchmark drive it directly.
+//
+// Consistency models (clocks are 0-based step numbers; a worker's clock is
+// how many gradients it has pushed):
+//  - bsp: clock c is applied once all N workers pushed c, as ONE optimizer
+//    step on the average (sum in worker order, times 1/N) — the same math the
+//    allreduce backends do, so parameters match --sync mpi. A pull for step c
+//    waits until clocks 0..c-1 are applied.
+//  - ssp(s): clocks are aggregated and applied exactly as in bsp, but a pull
+//    for step c is answered once clocks 0..c-1-s are applied: a worker may
+//    run s clocks ahead of the slowest. ssp with s = 0 is bsp.
+//  - asp: every push is applied at once as its own optimizer step on
+//    gradient/N; pulls never wait.
+// Memory: bsp/ssp hold up to N·(s+1) pushed gradients (the receive buffers
+// themselves, no copies); the average is written into worker 0's buffer.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/optim.h"
+#include "ps/sharding.h"
+
+namespace psar::ps {
+
+enum class Consistency { kBsp, kSsp, kAsp };
+// Throws ConfigError naming the choices.
+Consistency parse_consistency(const std::string& name);
+const char* to_string(Consistency c);
+
+// The shard's parameters, shared with zero-copy replies still in flight:
+// writes go in place when no reply references the buffer, otherwise to a
+// fresh copy (copy-on-write); the old buffer dies with its last reply.
+class SharedParams {
+ public:
+  explicit SharedParams(std::span<const float> initial);
+  ~SharedParams();
+  SharedParams(const SharedParams&) = delete;
+  SharedParams& operator=(const SharedParams&) = delete;
+
+  std::span<const float> view() const;
+  std::span<float> writable();
+  // A reference to the current buffer for a zero-copy send; pass it as the
+  // hint of `release` (a zmq_free_fn), which may run on any thread.
+  void* acquire();
+  static void release(void* data, void* hint);
+  int64_t copies() const { return copies_; }
+
+ private:
+  struct Block;
+  Block* block_;
+  int64_t copies_ = 0;
+};
+
+// A pushed gradient: `data` stays valid and writable while `owner` lives.
+struct Gradient {
+  std::span<float> data;
+  std::shared_ptr<void> owner;
+};
+
+struct ShardStateOptions {
+  KeyRange range;
+  int workers = 1;
+  Consistency consistency = Consistency::kBsp;
+  int staleness = 0;  // ssp only
+  OptimizerOptions optimizer;
+};
+
+class ShardState {
+ public:
+  ShardState(const ShardStateOptions& options, std::span<const float> initial);
+
+  // Worker `worker`'s gradient of step `clock` over the whole shard. Returns
+  // true if parameters changed. Throws RequestError (bad worker or clock).
+  bool push(int worker, int64_t clock, Gradient grad);
+  // Throws RequestError if `worker` may not ask for the parameters of step `clock`.
+  void check_pull(int worker, int64_t clock) const;
+  bool pull_ready(int64_t clock) const;
+  // Non-empty (the reason) if step `clock`'s parameters can never come,
+  // because a worker whose pushes they need has left.
+  std::string pull_blocked(int64_t clock) const;
+  // The worker is done after `clock` steps. Throws RequestError (check_leave
+  // only checks, so that a goodbye to several chunks is all or nothing).
+  void check_leave(int worker, int64_t clock) const;
+  void leave(int worker, int64_t clock);
+
+  bool all_left() const { return left_count_ == options_.workers; }
+  bool has_left(int worker) const { return left_[worker]; }
+  int64_t pushed(int worker) const { return pushed_[worker]; }
+  // Updates applied: clocks under bsp/ssp, pushes under asp.
+  int64_t applied() const { return applied_; }
+  // Active workers the oldest open clock still waits for (all active ones under asp).
+  std::vector<int> waiting_for() const;
+  SharedParams& params() { return params_; }
+  const SharedParams& params() const { return params_; }
+  const ShardStateOptions& options() const { return options_; }
+
+ private:
+  struct Slot {
+    std::vector<Gradient> grads;  // by worker
+    int count = 0;
+  };
+  int64_t lag() const;  // how many clocks a pull may run ahead: s, or 0 for bsp
+  void check_worker(int worker) const;
+  void apply_complete_clocks();
+
+  ShardStateOptions options_;
+  SharedParams params_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<Slot> slots_;  // clock c lives in slots_[c % slots_.size()]
+  std::vector<int64_t> pushed_;
+  std::vector<char> left_;
+  int left_count_ = 0;
+  int64_t applied_ = 0;
+};
+
+// out[i] = (g_0[i] + g_1[i] + ... + g_{n-1}[i]) · (1/n), summed in worker
+// order block by block (each input read once); `out` may alias g_0.
+void average_gradients(std::span<float> out, std::span<const float* const> grads);
+
+}  // namespace psar::ps

@@ -1,0 +1,74 @@
+#include "ps/sharding.h"
+
+#include <algorithm>
+
+#include "core/errors.h"
+
+namespace psar::ps {
+
+std::string to_string(const KeyRange& r) {
+  std::string s = "[";
+  s += std::to_string(r.begin);
+  s += ", ";
+  s += std::to_string(r.end);
+  s += ")";
+  return s;
+}
+
+int ShardLayout::chunks() const {
+  if (chunk_floats <= 0 || range.size() == 0) return 1;
+  return static_cast<int>((range.size() + chunk_floats - 1) / chunk_floats);
+}
+
+KeyRange ShardLayout::chunk(int i) const {
+  if (chunk_floats <= 0) return range;
+  const int64_t begin = range.begin + i * chunk_floats;
+  return {begin, std::min(range.end, begin + chunk_floats)};
+}
+
+int ShardLayout::chunk_containing(const KeyRange& keys) const {
+  if (keys.begin > keys.end || !range.contains(keys)) return -1;
+  if (chunk_floats <= 0 || range.size() == 0) return 0;
+  const int64_t first = std::min<int64_t>((keys.begin - range.begin) / chunk_floats, chunks() - 1);
+  return chunk(static_cast<int>(first)).contains(keys) ? static_cast<int>(first) : -1;
+}
+
+int64_t chunk_floats_for(int64_t chunk_bytes) {
+  if (chunk_bytes <= 0)
+    throw ConfigError("ps.chunk_bytes: must be positive, got " + std::to_string(chunk_bytes));
+  return std::max<int64_t>(1, chunk_bytes / 4);
+}
+
+std::vector<KeyRange> plan_shards(int64_t size, int shards, std::span<const ParamInfo> align_to) {
+  if (shards < 1)
+    throw ConfigError("ps.servers: need at least one server shard, got " + std::to_string(shards));
+  PSAR_CHECK(size >= 0, "plan_shards: negative size ", size);
+  // Boundaries b_0 = 0 < ... < b_S = size; shard s is [b_s, b_{s+1}).
+  std::vector<int64_t> bounds(static_cast<size_t>(shards) + 1);
+  for (int s = 0; s <= shards; ++s) bounds[s] = size * s / shards;
+
+  if (!align_to.empty()) {
+    std::vector<int64_t> tensor_bounds;
+    for (const auto& info : align_to) tensor_bounds.push_back(info.offset);
+    tensor_bounds.push_back(size);
+    PSAR_CHECK(
+        std::is_sorted(tensor_bounds.begin(), tensor_bounds.end()) && tensor_bounds.front() == 0,
+        "plan_shards: tensors do not tile the parameter vector");
+    for (int s = 1; s < shards; ++s) {
+      // Nearest tensor boundary at or after the previous shard boundary (ties go low).
+      auto hi = std::lower_bound(tensor_bounds.begin(), tensor_bounds.end(), bounds[s]);
+      int64_t best = *hi;
+      if (hi != tensor_bounds.begin()) {
+        const int64_t lo = *std::prev(hi);
+        if (bounds[s] - lo <= best - bounds[s]) best = lo;
+      }
+      bounds[s] = std::max(best, bounds[s - 1]);
+    }
+  }
+
+  std::vector<KeyRange> plan;
+  for (int s = 0; s < shards; ++s) plan.push_back({bounds[s], bounds[s + 1]});
+  return plan;
+}
+
+}  // namespace psar::ps

@@ -1,0 +1,59 @@
+#pragma once
+// Sharding policy of the parameter server: which contiguous key range of the
+// flat parameter vector each of the S server shards owns.
+//
+// Each shard is further cut into chunks of at most ps.chunk_bytes: a chunk is
+// the unit of aggregation and of a message, so a large push streams as several
+// messages and the server updates and answers the first chunks while the later
+// ones are still on the wire (pipelining, as BytePS partitions large tensors).
+//
+// Balanced (default): shard s owns [s·M/S, (s+1)·M/S), so sizes differ by at
+// most one float and every server carries the same share of the traffic.
+// Aligned (ps.align_shards): each balanced boundary moves to the nearest
+// tensor boundary of the ParamStore (never backwards), so no tensor is split
+// across servers — at the price of imbalance, and of empty shards when there
+// are fewer tensors than servers. Every rank computes the same plan from the
+// same inputs; nothing about it travels on the wire.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/param_store.h"
+
+namespace psar::ps {
+
+struct KeyRange {
+  int64_t begin = 0;
+  int64_t end = 0;  // exclusive
+  int64_t size() const { return end - begin; }
+  bool contains(const KeyRange& r) const { return begin <= r.begin && r.end <= end; }
+  bool operator==(const KeyRange&) const = default;
+};
+
+std::string to_string(const KeyRange& r);  // "[0, 1024)"
+
+// One shard's key range cut into chunks of `chunk_floats` (the last one may be
+// shorter; 0 = the whole range is one chunk). An empty shard has one empty chunk.
+struct ShardLayout {
+  int shard = 0;
+  KeyRange range;
+  int64_t chunk_floats = 0;
+
+  int chunks() const;
+  KeyRange chunk(int i) const;
+  // The chunk whose keys include all of `keys`, or -1 (outside, or across a boundary).
+  int chunk_containing(const KeyRange& keys) const;
+};
+
+// Floats per chunk for a chunk size in bytes (at least one float).
+int64_t chunk_floats_for(int64_t chunk_bytes);
+
+// `size` floats over `shards` servers; with `align_to` non-empty, boundaries
+// snap to tensor boundaries (offsets of align_to, which must tile [0, size)).
+// Throws ConfigError for shards < 1.
+std::vector<KeyRange> plan_shards(int64_t size, int shards,
+                                  std::span<const ParamInfo> align_to = {});
+
+}  // namespace psar::ps

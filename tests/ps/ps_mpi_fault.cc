@@ -1,0 +1,69 @@
+// A parameter-server job under mpirun in which one worker rank fails after a
+// few steps; expect_failure.sh asserts that the whole job then ends non-zero
+// within the timeout instead of hanging.
+//
+//   ps_mpi_fault stall RANK [--set key=value ...]  rank RANK stops pushing and sleeps
+//   ps_mpi_fault exit RANK [--set ...]             rank RANK _exit(0)s without MPI_Finalize
+//
+// Every other rank behaves like psar's main(): an error is printed and the
+// job is aborted (MPI_Abort), which also ends the sleeping rank.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "comm/mpi_comm.h"
+#include "tests/ps/ps_test_util.h"
+#include "trainer/ps_sync.h"
+#include "trainer/schema.h"
+
+int main(int argc, char** argv) {
+  using namespace psar;
+  MpiRuntime runtime(&argc, &argv);
+  MpiComm world(MPI_COMM_WORLD);
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: ps_mpi_fault stall|exit RANK [--set key=value ...]\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  const int culprit = std::atoi(argv[2]);
+  std::vector<std::string> overrides;
+  for (int i = 3; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--set") overrides.push_back(argv[++i]);
+  constexpr int64_t kSize = 10000, kStepsBefore = 3, kSteps = 20;
+  try {
+    const Config cfg = Config::load_string("", config_schema(), overrides);
+    ParamStore store;
+    store.add("w", {kSize}, Init::normal(0.1f));
+    store.finalize(1);
+    SyncInit init{world, cfg, store, OptimizerOptions{}};
+    SyncSetup setup = make_ps_sync(init);
+    if (setup.serve) {
+      setup.serve();
+    } else {
+      for (int64_t t = 0; t < kSteps; ++t) {
+        if (world.rank() == culprit && t == kStepsBefore) {
+          std::fprintf(stderr, "ps_mpi_fault: rank %d %s at step %ld\n", culprit, mode.c_str(),
+                       static_cast<long>(t));
+          std::fflush(stderr);
+          if (mode == "exit") std::_Exit(0);
+          std::this_thread::sleep_for(std::chrono::minutes(10));
+        }
+        auto g = ps::testing::make_grad(setup.workers->rank(), t, kSize);
+        std::copy(g.begin(), g.end(), store.grads().begin());
+        setup.sync->step(store.params(), store.grads());
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ps_mpi_fault: error on rank %d: %s\n", world.rank(), e.what());
+    std::fflush(stderr);
+    MpiRuntime::abort(1);
+  }
+  std::fprintf(stderr, "ps_mpi_fault: rank %d finished without noticing the failure\n",
+               world.rank());
+  return 0;
+}

@@ -1,0 +1,126 @@
+// The parameter server under mpirun: real processes, ZeroMQ over TCP, the
+// endpoints and job token exchanged over MPI. Layout and consistency come
+// from `--set ps.key=value` arguments (see CMakeLists.txt), so one binary
+// covers dedicated servers, several shards and co-located shards.
+//
+// Under bsp, 50 steps of fixed per-worker gradient sequences through the
+// `ps` GradientSync end within 1e-5 relative of MPI_Allreduce + the local
+// optimizer, and the byte counters are exact: every worker pushes and pulls
+// M floats per step; the servers together receive and send N·M per step.
+// Then the trainer itself: `psar train` with --sync ps against --sync mpi.
+
+#include <gtest/gtest.h>
+
+#include "allreduce/allreducer.h"
+#include "comm/mpi_comm.h"
+#include "core/ops.h"
+#include "tests/ps/ps_test_util.h"
+#include "tests/trainer/train_fixture.h"
+#include "trainer/ps_sync.h"
+#include "trainer/schema.h"
+#include "trainer/trainer.h"
+
+namespace psar {
+namespace {
+
+std::vector<std::string> g_overrides;  // from the command line
+
+MpiComm& world() {
+  static MpiComm c(MPI_COMM_WORLD);
+  return c;
+}
+
+Config config(const std::string& base = "") {
+  std::vector<std::string> all = {"ps.timeout=30s", "optimizer.lr=0.05", "optimizer.momentum=0.9"};
+  all.insert(all.end(), g_overrides.begin(), g_overrides.end());
+  return Config::load_string(base, config_schema(), all);
+}
+
+OptimizerOptions optimizer_of(const Config& c) {
+  OptimizerOptions o;
+  o.type = c.get_string("optimizer.type");
+  o.lr = static_cast<float>(c.get_float("optimizer.lr"));
+  o.momentum = static_cast<float>(c.get_float("optimizer.momentum"));
+  return o;
+}
+
+TEST(PsUnderMpi, MatchesMpiAllreduceAfterFiftyStepsWithExactByteCounts) {
+  constexpr int64_t kSteps = 50;
+  const Config cfg = config();
+  ParamStore store;  // tensors of uneven sizes, for ps.align_shards
+  store.add("w1", {37, 11}, Init::normal(0.1f));
+  store.add("b1", {11}, Init::zeros());
+  store.add("w2", {11, 301}, Init::normal(0.1f));
+  store.add("b2", {301}, Init::zeros());
+  store.finalize(5);
+  const int64_t M = store.size();
+  const OptimizerOptions opt = optimizer_of(cfg);
+  SyncInit init{world(), cfg, store, opt};
+  auto served = std::make_shared<ps::PsCounters>();
+  SyncSetup setup = make_ps_sync(init, served);
+  ps::PsCounters shard;  // this rank's shard, if it hosts one
+  if (setup.serve) {
+    setup.serve();
+    shard = *served;
+  } else {
+    Comm& workers = *setup.workers;
+    const int N = workers.size(), me = workers.rank();
+    auto mpi = make_allreducer("mpi");
+    auto ref_opt = make_optimizer(opt, M);
+    std::vector<float> ref(store.params().begin(), store.params().end());
+    for (int64_t t = 0; t < kSteps; ++t) {
+      auto g = ps::testing::make_grad(me, t, M);
+      std::copy(g.begin(), g.end(), store.grads().begin());
+      setup.sync->step(store.params(), store.grads());
+      mpi->allreduce(workers, g);
+      ops::scale(g.data(), 1.0f / N, M);
+      ref_opt->step(ref, g);
+    }
+    const std::vector<float> got(store.params().begin(), store.params().end());
+    EXPECT_LE(testing::relative_difference(ref, got), 1e-5) << "worker " << me;
+    const CommCounters c = setup.sync->counters();
+    EXPECT_EQ(c.bytes_sent, kSteps * M * 4) << "each worker pushes M floats per step";
+    EXPECT_EQ(c.bytes_recv, kSteps * M * 4) << "each worker pulls M floats per step";
+    workers.barrier();  // every reply of the last step has been sent
+    shard = static_cast<PsSync&>(*setup.sync).server_counters();
+    setup.sync.reset();  // goodbye
+  }
+  const int N = world().size() -
+                (cfg.get_bool("ps.colocated") ? 0 : static_cast<int>(cfg.get_int("ps.servers")));
+  const double in = world().allreduce_sum(static_cast<double>(shard.payload_bytes_in));
+  const double out = world().allreduce_sum(static_cast<double>(shard.payload_bytes_out));
+  EXPECT_EQ(in, static_cast<double>(N * kSteps * M * 4)) << "servers receive N·M per step";
+  EXPECT_EQ(out, static_cast<double>(N * kSteps * M * 4)) << "servers send N·M per step";
+  EXPECT_EQ(world().allreduce_sum(static_cast<double>(shard.rejected)), 0.0);
+}
+
+TEST(PsUnderMpi, TrainingWithSyncPsEndsWithinOneE5OfSyncMpi) {
+  const auto names = sync_names();
+  if (std::find(names.begin(), names.end(), "ps") == names.end())
+    GTEST_SKIP() << "`ps` is not in trainer/sync_registry.cc yet";
+  const std::string base = ::psar::testing::small_mlp_config("mpi", 50).dump();
+  Config ps_cfg = config(base);
+  ps_cfg.set("sync.backend=ps");
+  const TrainResult ps = train(world(), ps_cfg);
+  const TrainResult mpi = train(world(), config(base));
+  if (ps.server) return;
+  EXPECT_EQ(ps.steps, 50);
+  EXPECT_LE(testing::relative_difference(mpi.params, ps.params), 1e-5);
+}
+
+}  // namespace
+}  // namespace psar
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  psar::MpiRuntime mpi(&argc, &argv);
+  psar::ops::set_blas_threads(1);
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--set") psar::g_overrides.push_back(argv[++i]);
+  if (psar::world().rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rc = RUN_ALL_TESTS();
+  return psar::world().allreduce_max(rc) != 0 ? 1 : 0;
+}

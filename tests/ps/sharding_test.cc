@@ -1,0 +1,91 @@
+// Shard plans: balanced plans tile [0, M) with sizes within one float of each
+// other; aligned plans put every boundary on a tensor boundary.
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "core/errors.h"
+#include "ps/sharding.h"
+
+namespace psar::ps {
+namespace {
+
+struct PlanCase {
+  int64_t size;
+  int shards;
+};
+
+class BalancedPlan : public ::testing::TestWithParam<PlanCase> {};
+
+TEST_P(BalancedPlan, TilesTheVectorWithSizesWithinOneFloat) {
+  const auto [size, shards] = GetParam();
+  const auto plan = plan_shards(size, shards);
+  ASSERT_EQ(plan.size(), static_cast<size_t>(shards));
+  int64_t next = 0, smallest = size, largest = 0;
+  for (const auto& r : plan) {
+    EXPECT_EQ(r.begin, next);
+    EXPECT_LE(r.begin, r.end);
+    next = r.end;
+    smallest = std::min(smallest, r.size());
+    largest = std::max(largest, r.size());
+  }
+  EXPECT_EQ(next, size);
+  EXPECT_LE(largest - smallest, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, BalancedPlan,
+                         ::testing::Values(PlanCase{0, 1}, PlanCase{0, 3}, PlanCase{1, 1},
+                                           PlanCase{1, 4}, PlanCase{5, 2}, PlanCase{7, 7},
+                                           PlanCase{1000, 3}, PlanCase{1001, 4},
+                                           PlanCase{4194304, 4}));
+
+std::vector<ParamInfo> tensors(const std::vector<int64_t>& sizes) {
+  std::vector<ParamInfo> infos;
+  int64_t offset = 0;
+  for (int64_t n : sizes) {
+    ParamInfo info;
+    info.offset = offset;
+    info.numel = n;
+    infos.push_back(info);
+    offset += n;
+  }
+  return infos;
+}
+
+TEST(AlignedPlan, PutsEveryBoundaryOnATensorBoundaryNearestTheBalancedOne) {
+  // Tensors [0,100) [100,110) [110,400) [400,1000); balanced boundaries of 3
+  // shards are 333 and 666: the nearest tensor boundaries are 400 and 400.
+  const auto infos = tensors({100, 10, 290, 600});
+  const auto plan = plan_shards(1000, 3, infos);
+  ASSERT_EQ(plan.size(), 3u);
+  EXPECT_EQ(plan[0], (KeyRange{0, 400}));
+  EXPECT_EQ(plan[1], (KeyRange{400, 400}));  // empty: no boundary between 400 and 1000
+  EXPECT_EQ(plan[2], (KeyRange{400, 1000}));
+  // Two shards: the balanced boundary 500 is 100 from 400 and 500 from 1000.
+  const auto two = plan_shards(1000, 2, infos);
+  EXPECT_EQ(two[0], (KeyRange{0, 400}));
+  EXPECT_EQ(two[1], (KeyRange{400, 1000}));
+}
+
+TEST(AlignedPlan, SplitsNoTensorForAnyShardCount) {
+  const auto infos = tensors({37, 1, 512, 3, 3, 200, 64, 1});
+  std::set<int64_t> starts;
+  for (const auto& info : infos) starts.insert(info.offset);
+  starts.insert(821);
+  for (int shards = 1; shards <= 12; ++shards) {
+    const auto plan = plan_shards(821, shards, infos);
+    int64_t next = 0;
+    for (const auto& r : plan) {
+      EXPECT_EQ(r.begin, next);
+      EXPECT_TRUE(starts.count(r.begin)) << "shard starts inside a tensor at " << r.begin;
+      next = r.end;
+    }
+    EXPECT_EQ(next, 821);
+  }
+}
+
+TEST(Plan, RejectsZeroShards) { EXPECT_THROW(plan_shards(10, 0), ConfigError); }
+
+}  // namespace
+}  // namespace psar::ps

@@ -1,0 +1,95 @@
+#include "trainer/ps_sync.h"
+
+#include "core/errors.h"
+#include "core/log.h"
+
+namespace psar {
+
+PsSync::PsSync(ps::PsRank rank) : rank_(std::move(rank)) {
+  PSAR_CHECK(rank_.client, "PsSync on a rank that is not a worker");
+}
+
+PsSync::~PsSync() {
+  try {
+    if (rank_.client) rank_.client->close();
+  } catch (const std::exception& e) {
+    PSAR_LOG(kWarn, "ps", "goodbye to the servers failed: " << e.what());
+  }
+  try {
+    // A co-located shard serves until every worker is done, not just this one.
+    if (rank_.server_thread) rank_.server_thread->join();
+  } catch (const std::exception& e) {
+    PSAR_LOG(kWarn, "ps", "co-located shard " << rank_.shard << " ended with: " << e.what());
+  }
+}
+
+void PsSync::step(std::span<float> params, std::span<float> grads) {
+  if (rank_.server_thread) rank_.server_thread->check();
+  rank_.client->push_pull(grads, params);
+}
+
+CommCounters PsSync::counters() const {
+  const ps::PsCounters& c = rank_.client->counters();
+  CommCounters out;
+  out.bytes_sent = c.payload_bytes_out;
+  out.bytes_recv = c.payload_bytes_in;
+  out.messages_sent = c.messages_out;
+  out.messages_recv = c.messages_in;
+  return out;
+}
+
+ps::PsCounters PsSync::server_counters() const {
+  return rank_.server_thread ? rank_.server_thread->server().counters() : ps::PsCounters{};
+}
+
+ps::PsOptions ps_options(const Config& config, const OptimizerOptions& optimizer) {
+  ps::PsOptions o;
+  o.servers = static_cast<int>(config.get_int("ps.servers"));
+  o.colocated = config.get_bool("ps.colocated");
+  o.consistency = ps::parse_consistency(config.get_string("ps.consistency"));
+  o.staleness = static_cast<int>(config.get_int("ps.staleness"));
+  if (o.staleness < 0)
+    throw ConfigError("ps.staleness: must be >= 0, got " + std::to_string(o.staleness));
+  o.interface = config.get_string("ps.interface");
+  o.align_shards = config.get_bool("ps.align_shards");
+  o.chunk_bytes = config.get_bytes("ps.chunk_bytes");
+  ps::chunk_floats_for(o.chunk_bytes);  // a ConfigError now rather than at launch
+  o.timeout_s = config.get_duration("ps.timeout");
+  if (!(o.timeout_s > 0))
+    throw ConfigError("ps.timeout: must be positive, got " + std::to_string(o.timeout_s) + " s");
+  o.optimizer = optimizer;
+  return o;
+}
+
+SyncSetup make_ps_sync(SyncInit& init) { return make_ps_sync(init, nullptr); }
+
+SyncSetup make_ps_sync(SyncInit& init, std::shared_ptr<ps::PsCounters> served) {
+  const ps::PsOptions options = ps_options(init.config, init.optimizer);
+  ps::PsRank rank = ps::launch_ps(init.world, options, init.params.params(), init.params.infos());
+  SyncSetup setup;
+  if (!rank.client) {
+    std::shared_ptr<ps::Server> server(std::move(rank.server));
+    setup.serve = [server, served] {
+      server->run();
+      const ps::PsCounters c = server->counters();
+      if (served) *served = c;
+      // One parseable line per shard (experiments/ps_vs_allreduce.py reads it).
+      PSAR_LOG(kInfo, "ps",
+               "shard " << server->options().shard << " served: payload_bytes_in="
+                        << c.payload_bytes_in << " payload_bytes_out=" << c.payload_bytes_out
+                        << " messages_in=" << c.messages_in << " messages_out=" << c.messages_out
+                        << " rejected=" << c.rejected);
+    };
+    return setup;
+  }
+  if (rank.worker_comm) {
+    setup.owned_workers = std::move(rank.worker_comm);
+    setup.workers = setup.owned_workers.get();
+  } else {
+    setup.workers = &init.world;
+  }
+  setup.sync = std::make_unique<PsSync>(std::move(rank));
+  return setup;
+}
+
+}  // namespace psar

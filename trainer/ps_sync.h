@@ -1,0 +1,41 @@
+#pragma once
+// The parameter-server GradientSync (`--sync ps`): each worker pushes its
+// gradient to the server shards and pulls the updated parameters; the
+// optimizer runs on the servers (ps/). Configured by the `ps` section:
+// ps.servers, ps.colocated, ps.consistency (bsp | ssp | asp), ps.staleness,
+// ps.interface, ps.align_shards, ps.chunk_bytes, ps.timeout.
+
+#include <memory>
+
+#include "ps/launch.h"
+#include "trainer/gradient_sync.h"
+
+namespace psar {
+
+class PsSync final : public GradientSync {
+ public:
+  explicit PsSync(ps::PsRank rank);
+  ~PsSync() override;  // goodbye to the servers; waits for a co-located shard; never throws
+
+  std::string name() const override { return "ps"; }
+  void step(std::span<float> params, std::span<float> grads) override;
+  // Payload floats this worker pushed (sent) and pulled (received), in bytes.
+  CommCounters counters() const override;
+  const ps::PsCounters& client_counters() const { return rank_.client->counters(); }
+  // The co-located shard's traffic (zero with dedicated servers).
+  ps::PsCounters server_counters() const;
+
+ private:
+  ps::PsRank rank_;
+};
+
+// The `ps` section of a configuration, with the trainer's optimizer.
+ps::PsOptions ps_options(const Config& config, const OptimizerOptions& optimizer);
+
+// Registry entry. On a dedicated server rank, SyncSetup::serve runs the shard
+// until every worker said goodbye; when `served` is given, the shard's final
+// counters are stored there.
+SyncSetup make_ps_sync(SyncInit& init);
+SyncSetup make_ps_sync(SyncInit& init, std::shared_ptr<ps::PsCounters> served);
+
+}  // namespace psar

@@ -8,6 +8,7 @@
 
 #include <set>
 
+#include "tests/common/mpi_world.h"
 #include "allreduce/allreducer.h"
 #include "allreduce/collectives.h"
 #include "comm/mpi_comm.h"
@@ -21,10 +22,7 @@ using ::testing::HasSubstr;
 using testing::count_wrong;
 using testing::make_input;
 
-MpiComm& world() {
-  static MpiComm c(MPI_COMM_WORLD);
-  return c;
-}
+MpiComm& world() { return testing::mpi_world(); }
 
 // FNV-1a of the bits, to compare results across ranks without shipping them.
 uint64_t fingerprint(const std::vector<float>& v) {
@@ -143,16 +141,3 @@ TEST(RingCollectivesUnderMpi, ReduceScatterThenAllGatherMatchesTheReference) {
 
 }  // namespace
 }  // namespace psar
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  psar::MpiRuntime mpi(&argc, &argv);
-  // Only rank 0 prints gtest output; every rank's failures still fail the job.
-  if (psar::world().rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  const double failed = psar::world().allreduce_max(rc);
-  return failed != 0 ? 1 : 0;
-}

@@ -1,0 +1,54 @@
+#!/usr/bin/python3
+"""Per run of an experiment: median step time, median sync time, the share of
+the step spent in gradient synchronization, bytes sent per rank per step, and
+the final test accuracy — as a Markdown table (results/<exp>/sync_table.md),
+beside the plot of the accuracy curves (plot.py).
+
+    experiments/sync_table.py results/<experiment>
+"""
+
+import csv
+import os
+import statistics
+import sys
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    folder = sys.argv[1].rstrip("/")
+    rows = []
+    for run in sorted(os.listdir(folder)):
+        path = os.path.join(folder, run)
+        if not os.path.exists(os.path.join(path, "steps.csv")):
+            continue
+        with open(os.path.join(path, "steps.csv")) as f:
+            steps = list(csv.DictReader(f))
+        # Skip the first steps of each rank: warm-up (allocation, first touches).
+        steady = [r for r in steps if int(r["step"]) > 5] or steps
+        step_s = statistics.median(float(r["step_s"]) for r in steady)
+        sync_s = statistics.median(float(r["sync_s"]) for r in steady)
+        sent = int(statistics.median(int(r["bytes_sent"]) for r in steady))
+        with open(os.path.join(path, "summary.csv")) as f:
+            summary = next(csv.DictReader(f))
+        rows.append((summary["sync"], step_s, sync_s, sent, float(summary["test_accuracy"]),
+                     float(summary["final_loss"])))
+    if not rows:
+        sys.exit(f"sync_table.py: no runs under {folder}")
+    lines = ["| sync | step (ms, median) | sync (ms, median) | sync share | bytes sent / rank / step | final loss | test accuracy |",
+             "|---|---|---|---|---|---|---|"]
+    for name, step_s, sync_s, sent, acc, loss in rows:
+        lines.append(f"| {name} | {step_s * 1e3:.2f} | {sync_s * 1e3:.2f} | {100 * sync_s / step_s:.0f}% | "
+                     f"{sent:,} | {loss:.4f} | {100 * acc:.2f}% |")
+    lines.append("")
+    lines.append("`mpi` calls MPI_Allreduce, which bypasses psar's Comm counters: its bytes read 0. "
+                 "Times are medians over steps 6 and later of every rank; the host has 2 cores for 4 ranks.")
+    out = os.path.join(folder, "sync_table.md")
+    with open(out + ".tmp", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(out + ".tmp", out)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -14,6 +14,8 @@
 
 namespace psar {
 
+class Comm;
+
 struct EvalStats {
   double loss_sum = 0;  // summed over rows
   int64_t correct = 0;
@@ -33,9 +35,13 @@ class Model {
   virtual double forward_backward(const Batch& batch, float grad_scale) = 0;
   // Forward only: loss and accuracy counts.
   virtual EvalStats evaluate(const Batch& batch) = 0;
+  // Writes the model's own measurements into the run directory (the GPT's
+  // tp.csv: tensor-parallel collectives, bytes and seconds per step). Every
+  // worker rank calls it once after training, as it may gather over
+  // `workers`; rank 0 writes. Default: nothing.
+  virtual void write_run_files(const std::string& out_dir, Comm& workers) {}
 };
 
-class Comm;
 class Allreducer;
 
 // What a model is built with besides its config and data.

@@ -1,6 +1,8 @@
 #include "core/errors.h"
+#include "workloads/gpt.h"
 #include "workloads/mlp.h"
 #include "workloads/model.h"
+#include "workloads/text_data.h"
 
 namespace psar {
 
@@ -8,6 +10,7 @@ namespace {
 // Adding a model: its own file and one line here.
 constexpr ModelEntry kModels[] = {
     {"mlp", &make_mlp},
+    {"gpt", &make_gpt},
 };
 }  // namespace
 
@@ -32,6 +35,15 @@ DatasetPair load_dataset(const Config& config) {
                        config.get_int("data.synthetic_features"),
                        config.get_int("data.synthetic_classes"),
                        static_cast<uint64_t>(config.get_int("train.seed")));
+  } else if (kind == "text") {
+    d = load_text(resolve_text_path(config.get_string("data.path")),
+                  config.get_int("model.seq_len"));
+  } else if (kind == "synthetic_tokens") {
+    // The vocabulary: model.vocab, or 64 when it is 0 ("from the data").
+    const int64_t vocab = config.get_int("model.vocab");
+    d = make_synthetic_tokens(config.get_int("data.synthetic_samples"),
+                              config.get_int("model.seq_len"), vocab > 0 ? vocab : 64,
+                              static_cast<uint64_t>(config.get_int("train.seed")));
   } else {
     throw ConfigError("data.dataset: '" + kind + "' is not available for model.type " +
                       config.get_string("model.type"));

@@ -1,0 +1,71 @@
+#pragma once
+// ParallelSelfAttention: causal multi-head self-attention with its heads
+// split over the t ranks of a tensor-parallel group (Megatron-LM, Fig. 3b).
+//
+//   X ─f─▶ [X·W_qkv,r] = Q_r, K_r, V_r ─▶ per head: softmax(Q Kᵀ/√d_h + causal) V
+//     ─▶ [ctx_r · W_o,r] ─g─▶ + b_o ─▶ Dropout ─▶ Y
+//
+// Rank r owns heads [r·H/t, (r+1)·H/t): the Q, K and V projections are one
+// column-parallel GEMM whose weight [d, 3d] is cut in three blocks (Q | K | V)
+// and each block by heads, so the rank's columns are exactly its heads' (no
+// communication until the output projection); the output projection is
+// row-parallel over the same d/t context columns, and g sums its partials.
+// One all-reduce of [B·T, d] forward (g), one backward (f). Dropout on the
+// attention probabilities uses the element's index in the serial model's
+// [B, H, T, T] tensor, so a shard applies the serial mask to its heads.
+//
+// Per rank, forward: 2·N·d·3d/t (QKV) + 4·B·(H/t)·T²·d_h (scores and
+// context) + 2·N·d·d/t (output) FLOPs, N = B·T; backward twice that.
+// heads % t ≠ 0 or d_model % heads ≠ 0 is a ConfigError.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/param_store.h"
+#include "modelpar/tp/column_parallel_linear.h"
+#include "modelpar/tp/dropout.h"
+#include "modelpar/tp/group.h"
+#include "modelpar/tp/row_parallel_linear.h"
+#include "modelpar/tp/shard.h"
+
+namespace psar {
+
+struct ParallelAttentionOptions {
+  std::string name;  // parameters <name>.qkv.* (column-parallel), <name>.proj.* (row-parallel)
+  int64_t d_model = 0, heads = 0, seq_len = 0;
+  float init_std = 0.02f, proj_init_std = 0.02f;
+};
+
+class ParallelSelfAttention {
+ public:
+  ParallelSelfAttention(TpGroup& tp, ParallelAttentionOptions options);
+
+  void declare(ShardedParams& params, ParamStore& store);
+  void bind(ParamStore& store);
+
+  // x: [B·T, d_model] replicated → y: [B·T, d_model] replicated (B sequences of T)
+  void forward(float* y, const float* x, int64_t B, const DropoutContext& drop);
+  // dy: [B·T, d_model] → dx: [B·T, d_model], whole on every rank
+  void backward_input(float* dx, const float* dy, int64_t B);
+  // x: the forward input again.
+  void backward_weight(const float* x, int64_t B);
+
+ private:
+  // First index of head block (b, local head h) in the serial [B, H, T, T] tensor.
+  uint64_t att_index(int64_t b, int64_t h) const;
+
+  TpGroup& tp_;
+  ParallelAttentionOptions o_;
+  int64_t T_, hd_, heads_local_, d_local_;  // seq, head size, H/t, d/t
+  ColumnParallelLinear qkv_;
+  RowParallelLinear proj_;
+  DropoutContext drop_;
+  std::vector<float> qkv_out_;   // [B·T, 3·d/t]: Q_r | K_r | V_r per row
+  std::vector<float> att_;       // [B, H/t, T, T] softmax probabilities (0 above the diagonal)
+  std::vector<float> att_drop_;  // the same after dropout (only when p > 0)
+  std::vector<float> ctx_;       // [B·T, d/t] heads' outputs, head h at columns h·d_h
+  std::vector<float> dy_pre_, dctx_, datt_, dqkv_;  // [B·T, d], [B·T, d/t], [T, T], [B·T, 3d/t]
+};
+
+}  // namespace psar

@@ -1,0 +1,70 @@
+#pragma once
+// ParallelMLP: the transformer MLP  Y = GeLU(X·A), Z = Dropout(Y·B)  split
+// over a tensor-parallel group in one of the two ways of the lecture notes
+// (parallel.tp_split):
+//
+//   column_row (Megatron): A by columns, B by rows.
+//       X ─f─▶ [X·A_r] ─GeLU─▶ Y_r ─▶ [Y_r·B_r] ─g─▶ Z ─Dropout─▶
+//     GeLU applies to each rank's own columns, so nothing is exchanged before
+//     it: one all-reduce of [N, d] forward (g) and one backward (f).
+//
+//   row_column: X by columns, A by rows (then B by columns, gathered).
+//       X ─scatter─▶ X_r ─▶ [X_r·A_r] ─g─▶ X·A ─GeLU─▶ Y ─f─▶ [Y·B_r] ─gather─▶ Z
+//     GeLU(X_1·A_1 + X_2·A_2) ≠ GeLU(X_1·A_1) + GeLU(X_2·A_2): the partial
+//     products must be all-reduced BEFORE GeLU, an all-reduce of [N, hidden]
+//     (4× the activation) in each direction, plus an all-gather of [N, d].
+//
+// Both give the serial model's numbers (up to float summation order); the
+// communication counters show the price of the second.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/param_store.h"
+#include "modelpar/tp/dropout.h"
+#include "modelpar/tp/group.h"
+#include "modelpar/tp/parallel_linear.h"
+#include "modelpar/tp/shard.h"
+
+namespace psar {
+
+enum class MlpSplit { kColumnRow, kRowColumn };
+// "column_row" | "row_column"; ConfigError otherwise.
+MlpSplit parse_mlp_split(const std::string& name);
+
+struct ParallelMlpOptions {
+  std::string name;                 // parameters <name>.fc.*, <name>.proj.*
+  int64_t d_model = 0, hidden = 0;  // X: [N, d_model], Y: [N, hidden]
+  MlpSplit split = MlpSplit::kColumnRow;
+  float init_std = 0.02f, proj_init_std = 0.02f;
+};
+
+class ParallelMLP {
+ public:
+  // Throws ConfigError if d_model or hidden is not divisible by t.
+  ParallelMLP(TpGroup& tp, ParallelMlpOptions options);
+
+  void declare(ShardedParams& params, ParamStore& store);
+  void bind(ParamStore& store);
+
+  // x: [N, d_model] replicated → z: [N, d_model] replicated
+  void forward(float* z, const float* x, int64_t N, const DropoutContext& drop);
+  // dz: [N, d_model] → dx: [N, d_model], whole on every rank. Keeps what
+  // backward_weight needs (the gradients at the two GEMM outputs).
+  void backward_input(float* dx, const float* dz, int64_t N);
+  // x: the forward input again.
+  void backward_weight(const float* x, int64_t N);
+
+ private:
+  TpGroup& tp_;
+  ParallelMlpOptions o_;
+  std::unique_ptr<ParallelLinear> fc_, proj_;  // X·A and Y·B
+  DropoutContext drop_;                        // of the last forward
+  // h = fc_->out_features(): hidden/t (column_row) or hidden (row_column)
+  std::vector<float> h_pre_, h_act_;             // X·A + a, GeLU of it: [N, h]
+  std::vector<float> dz_pre_, dh_pre_, dh_act_;  // [N, d_model], [N, h], [N, h]
+};
+
+}  // namespace psar

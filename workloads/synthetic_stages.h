@@ -1,0 +1,77 @@
+#pragma once
+// The timed synthetic workload (`model.type: synthetic_stages`): a pipeline
+// of L identical layers whose compute is a wait — model.forward_time,
+// model.backward_time (input gradient) and model.weight_grad_time per layer
+// and micro-batch — while real tensors of model.activation_bytes travel
+// between the stages. A chunk of k layers waits k·t_f in its forward, k·t_b
+// in its input gradient, k·t_w in its weight gradient (k·(t_b + t_w) fused).
+// It sleeps rather than spins (all but the last 100 µs of each action, which
+// it spins to end on time), so eight ranks on two cores measure the
+// schedule, not CPU contention.
+//
+// The tensors carry a check: element 0 of micro-batch i's activation after
+// layer l holds i + l, and of its gradient −(i + 1) − (L − l); every chunk
+// verifies what it received, so a transfer delivered to the wrong action is
+// a DataError, not a silently wrong measurement. Each layer stashes one
+// activation (activation_bytes) from its forward to its weight gradient, and
+// owns one parameter, layer{l}.weight [1], whose gradient grows by 1/m per
+// weight-gradient action: 1 per batch when every micro-batch ran.
+
+#include <memory>
+#include <vector>
+
+#include "workloads/pipeline_stages.h"
+
+namespace psar {
+
+struct SyntheticStagesOptions {
+  int layers = 2;
+  double forward_s = 1e-3;         // per layer and micro-batch
+  double backward_s = 1e-3;        // input gradient
+  double weight_grad_s = 1e-3;     // weight gradient
+  int64_t activation_bytes = 64 << 10;  // rounded up to whole floats
+};
+
+class SyntheticStages final : public PipelineStages {
+ public:
+  SyntheticStages(SyntheticStagesOptions options, StageLayout layout);
+
+  std::string name() const override { return "synthetic_stages"; }
+  void declare(ParamStore& store, int chunk) override;
+  void bind(ParamStore& store) override { store_ = &store; }
+  void set_batch(const Batch&) override {}
+  double batch_loss() const override { return 0; }
+
+  int64_t boundary_numel(int) const override { return numel_; }
+  void forward(int chunk, int microbatch, std::span<const float> x, std::span<float> y) override;
+  void backward_input(int chunk, int microbatch, std::span<const float> dy,
+                      std::span<float> dx) override;
+  void backward_weight(int chunk, int microbatch) override;
+  void backward(int chunk, int microbatch, std::span<const float> dy,
+                std::span<float> dx) override;
+  int live_activations() const override { return live_; }
+  int64_t live_activation_bytes() const override { return live_bytes_; }
+  int64_t stash_bytes(int chunk) const override;
+
+ private:
+  int layers_of(int chunk) const;
+  std::vector<std::vector<float>>& slot(int chunk, int microbatch);
+  // The input-gradient work, without the wait.
+  void input_gradient(int chunk, int microbatch, std::span<const float> dy, std::span<float> dx);
+  void weight_gradient(int chunk, int microbatch);
+
+  SyntheticStagesOptions o_;
+  StageLayout layout_;
+  int64_t numel_ = 0;
+  std::vector<int> params_;  // [chunk] -> index of its first layer's parameter
+  ParamStore* store_ = nullptr;
+  std::vector<std::vector<std::vector<float>>> stash_;  // [chunk · m + i] -> one tensor per layer
+  int live_ = 0;
+  int64_t live_bytes_ = 0;
+};
+
+std::unique_ptr<PipelineStages> make_synthetic_stages(const Config& config, const Dataset& data,
+                                                      const StageLayout& layout);
+int synthetic_layers(const Config& config, const Dataset& data);
+
+}  // namespace psar

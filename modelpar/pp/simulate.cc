@@ -35,6 +35,9 @@ std::vector<double> vstage_weights(const Schedule& s, const std::vector<int>& la
   return w;
 }
 
+// Replays a validated schedule and sums up busy and idle time per stage.
+Prediction replay_validated(const Schedule& s, const detail::DurationFn& duration, double latency);
+
 }  // namespace
 
 Prediction simulate(const Schedule& s, const SimOptions& options) {
@@ -62,7 +65,28 @@ Prediction simulate(const Schedule& s, const SimOptions& options) {
     }
     return 0.0;
   };
-  detail::Replay r = detail::replay(s, duration, c.p2p_latency);
+  return replay_validated(s, duration, c.p2p_latency);
+}
+
+Prediction simulate_costs(const Schedule& s, const ActionCost& cost, double p2p_latency) {
+  validate(s);
+  check_cost("p2p latency", p2p_latency);
+  const auto duration = [&](int stage, const Action& a) {
+    const double t = cost(stage, a);
+    if (!std::isfinite(t) || t < 0)
+      throw ConfigError(concat("pipeline simulator: ", op_name(a.op), " of micro-batch ",
+                               a.microbatch, ", chunk ", a.chunk, " on stage ", stage,
+                               " has duration ", t,
+                               "; durations must be finite and non-negative"));
+    return t;
+  };
+  return replay_validated(s, duration, p2p_latency);
+}
+
+namespace {
+
+Prediction replay_validated(const Schedule& s, const detail::DurationFn& duration, double latency) {
+  detail::Replay r = detail::replay(s, duration, latency);
   PSAR_CHECK(r.finished(), "a validated schedule did not finish in the simulator");
 
   Prediction out;
@@ -88,6 +112,8 @@ Prediction simulate(const Schedule& s, const SimOptions& options) {
   out.peak_activations = peak_activations(s);
   return out;
 }
+
+}  // namespace
 
 std::vector<int> peak_activations(const Schedule& s) {
   std::vector<int> peaks;

@@ -23,6 +23,7 @@
 // once: m for GPipe, p − r on stage r of 1F1B, p on every ZB-H1 stage. With
 // v > 1 one count is one chunk's activation, 1/v of a stage's for an even split.
 
+#include <functional>
 #include <vector>
 
 #include "modelpar/pp/schedule.h"
@@ -55,6 +56,13 @@ struct Prediction {
 // Validates the schedule (validate.h), then replays it; ConfigError for a
 // negative or non-finite cost, or t_f + t_b + t_w = 0.
 Prediction simulate(const Schedule& schedule, const SimOptions& options = {});
+
+// The same replay with a duration per action instead of a cost model: e.g.
+// an executor's measured mean times, to set a measured run beside the
+// simulator at the costs it actually had. ConfigError for a negative or
+// non-finite duration.
+using ActionCost = std::function<double(int stage, const Action& action)>;
+Prediction simulate_costs(const Schedule& schedule, const ActionCost& cost, double p2p_latency = 0);
 
 // Peak in-flight activations per stage; depends on the order only, not on costs.
 std::vector<int> peak_activations(const Schedule& schedule);

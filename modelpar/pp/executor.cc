@@ -1,0 +1,214 @@
+#include "modelpar/pp/executor.h"
+
+#include <sys/prctl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "core/errors.h"
+#include "core/timer.h"
+#include "modelpar/pp/validate.h"
+
+namespace psar::pp {
+
+using psar::detail::concat;
+
+namespace {
+
+// Linux lets a sleeping thread wake up to 50 µs late by default ("timer
+// slack"). Waiting ranks poll in sleeps of tens of µs and the synthetic
+// workload sleeps its compute, so for the length of one batch this thread
+// asks for 1 µs; restored afterwards.
+class TimerSlack {
+ public:
+  TimerSlack() : saved_(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)) {
+    if (saved_ > 0) prctl(PR_SET_TIMERSLACK, kSlackNs, 0, 0, 0);
+  }
+  ~TimerSlack() {
+    if (saved_ > 0) prctl(PR_SET_TIMERSLACK, saved_, 0, 0, 0);
+  }
+  TimerSlack(const TimerSlack&) = delete;
+  TimerSlack& operator=(const TimerSlack&) = delete;
+
+ private:
+  static constexpr unsigned long kSlackNs = 1000;
+  long saved_;
+};
+
+const char* category(Op op) {
+  switch (op) {
+    case Op::kForward:
+      return "forward";
+    case Op::kBackward:
+      return "backward";
+    case Op::kBackwardInput:
+      return "backward_input";
+    case Op::kBackwardWeight:
+      return "backward_weight";
+  }
+  return "compute";
+}
+
+std::string transfer_args(const Transfer& t, int peer, int64_t numel) {
+  return concat("{\"microbatch\":", t.microbatch, ",\"from_vstage\":", t.from_vstage,
+                ",\"to_vstage\":", t.to_vstage, ",\"peer\":", peer,
+                ",\"bytes\":", numel * static_cast<int64_t>(sizeof(float)), "}");
+}
+
+void sleep_for(double seconds) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+}  // namespace
+
+int64_t transfer_numel(const StageModel& model, const Transfer& t) {
+  return model.boundary_numel(std::min(t.from_vstage, t.to_vstage));
+}
+
+int64_t predicted_peak_bytes(const Schedule& s, int stage, const StageModel& model) {
+  int64_t live = 0, peak = 0;
+  for (const Action& a : s.actions.at(static_cast<size_t>(stage))) {
+    if (a.op == Op::kForward) peak = std::max(peak, live += model.stash_bytes(a.chunk));
+    if (a.op == Op::kBackward || a.op == Op::kBackwardWeight) live -= model.stash_bytes(a.chunk);
+  }
+  return peak;
+}
+
+StageExecutor::StageExecutor(Schedule schedule, Comm& pipeline, StageModel& model,
+                             ExecutorOptions options)
+    : schedule_(std::move(schedule)), comm_(pipeline), model_(model), options_(options),
+      stage_(pipeline.rank()) {
+  if (schedule_.stages != pipeline.size())
+    throw ConfigError(concat(describe(schedule_), ": the schedule has ", schedule_.stages,
+                             " stages but the pipeline group has ", pipeline.size(), " ranks"));
+  validate(schedule_);
+  program_ = lower(schedule_)[static_cast<size_t>(stage_)];
+  // One buffer per transfer this stage receives or sends, indexed by tag.
+  const size_t tags = static_cast<size_t>(2 * schedule_.virtual_stages() * schedule_.microbatches);
+  buffer_index_.assign(tags, -1);
+  auto plan = [&](const std::optional<Transfer>& t) {
+    if (!t) return;
+    int& index = buffer_index_.at(static_cast<size_t>(t->tag));
+    if (index >= 0) return;  // p = 1: producer and consumer share it
+    const int64_t numel = transfer_numel(model_, *t);
+    if (numel <= 0)
+      throw ConfigError(concat(describe(schedule_), ": the model's boundary after virtual stage ",
+                               std::min(t->from_vstage, t->to_vstage), " has ", numel,
+                               " floats; activations must not be empty"));
+    index = static_cast<int>(buffers_.size());
+    buffers_.emplace_back(static_cast<size_t>(numel));
+  };
+  for (const Step& step : program_) {
+    plan(step.input);
+    plan(step.output);
+  }
+}
+
+std::vector<float>& StageExecutor::buffer(const Transfer& t) {
+  return buffers_[static_cast<size_t>(buffer_index_[static_cast<size_t>(t.tag)])];
+}
+
+void StageExecutor::await(Request& request, const Transfer& t, const Action& action) {
+  const double deadline = now_seconds() + comm_.timeout();
+  double interval = options_.poll_min_s;
+  while (!request.test()) {
+    if (now_seconds() >= deadline)
+      throw TimeoutError(concat("rank ", comm_.rank(), ": pipeline stage ", stage_, ": the ",
+                                describe(t), " for ", op_name(action.op), " of micro-batch ",
+                                action.microbatch, ", chunk ", action.chunk,
+                                " did not complete within ", comm_.timeout(), " s (",
+                                describe(schedule_), ")"));
+    sleep_for(interval);
+    interval = std::min(2 * interval, options_.poll_max_s);
+  }
+}
+
+StageRun StageExecutor::run() {
+  const TimerSlack slack;
+  Tracer* tracer = options_.tracer && options_.tracer->enabled() ? options_.tracer : nullptr;
+  PSAR_CHECK(model_.live_activations() == 0, "stage ", stage_, " starts a batch with ",
+             model_.live_activations(), " stashed activations");
+  StageRun out;
+  out.spans.reserve(program_.size());
+
+  // 1. Every receive of the batch, posted at once.
+  std::vector<Request> receives(program_.size());
+  for (size_t k = 0; k < program_.size(); ++k) {
+    const auto& in = program_[k].input;
+    if (in && !in->local())
+      receives[k] = comm_.irecv(in->from_stage, std::span<float>(buffer(*in)), in->tag);
+  }
+
+  // 2. The actions, in order.
+  std::vector<std::pair<Request, const Step*>> sends;
+  sends.reserve(program_.size());
+  for (size_t k = 0; k < program_.size(); ++k) {
+    const Step& step = program_[k];
+    const Action& a = step.action;
+    std::span<const float> x;
+    if (step.input) {
+      if (receives[k].valid()) {
+        const double t0 = now_seconds();
+        await(receives[k], *step.input, a);
+        const double t1 = now_seconds();
+        out.recv_wait_s += t1 - t0;
+        if (tracer)
+          tracer->span(("recv " + cell_label(a, schedule_.chunks)).c_str(), "recv", t0, t1, 0,
+                       transfer_args(*step.input, step.input->from_stage,
+                                     static_cast<int64_t>(buffer(*step.input).size())));
+      }
+      x = buffer(*step.input);
+    }
+    std::span<float> y;
+    if (step.output) y = buffer(*step.output);
+
+    const double start = now_seconds();
+    switch (a.op) {
+      case Op::kForward:
+        model_.forward(a.chunk, a.microbatch, x, y);
+        break;
+      case Op::kBackward:
+        model_.backward(a.chunk, a.microbatch, x, y);
+        break;
+      case Op::kBackwardInput:
+        model_.backward_input(a.chunk, a.microbatch, x, y);
+        break;
+      case Op::kBackwardWeight:
+        model_.backward_weight(a.chunk, a.microbatch);
+        break;
+    }
+    const double end = now_seconds();
+    out.spans.push_back({a, start, end});
+    out.compute_s += end - start;
+    out.peak_activations = std::max(out.peak_activations, model_.live_activations());
+    out.peak_activation_bytes = std::max(out.peak_activation_bytes, model_.live_activation_bytes());
+    if (tracer) tracer->span(cell_label(a, schedule_.chunks).c_str(), category(a.op), start, end);
+
+    if (step.output && !step.output->local()) {
+      const Transfer& t = *step.output;
+      const double t0 = now_seconds();
+      sends.emplace_back(comm_.isend(t.to_stage, std::span<const float>(buffer(t)), t.tag), &step);
+      const double t1 = now_seconds();
+      out.send_s += t1 - t0;
+      if (tracer)
+        tracer->span(("send " + cell_label(a, schedule_.chunks)).c_str(), "send", t0, t1, 0,
+                     transfer_args(t, t.to_stage, static_cast<int64_t>(buffer(t).size())));
+    }
+  }
+  out.start = out.spans.empty() ? now_seconds() : out.spans.front().start;
+  out.end = out.spans.empty() ? out.start : out.spans.back().end;
+
+  // 3. The sends, before their buffers are reused.
+  const double t0 = now_seconds();
+  for (auto& [request, step] : sends) await(request, *step->output, step->action);
+  const double t1 = now_seconds();
+  out.send_s += t1 - t0;
+  if (tracer && !sends.empty()) tracer->span("sends complete", "send", t0, t1);
+  PSAR_CHECK(model_.live_activations() == 0, "stage ", stage_, " ends a batch of ",
+             describe(schedule_), " with ", model_.live_activations(), " stashed activations");
+  return out;
+}
+
+}  // namespace psar::pp

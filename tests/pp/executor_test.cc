@@ -1,0 +1,241 @@
+// The stage executor on in-process ranks, with the synthetic stage model at
+// zero layer times (its tensors carry tags that every chunk verifies): for
+// every registered schedule over p ∈ {1, 2, 4}, m ∈ {p, 2p, 3p} (and 1 for
+// GPipe), v ∈ {1, 2} where it runs, over two batches,
+//  - each stage runs exactly its list, in order;
+//  - the measured peak of the model's stash equals the simulator's
+//    peak_activations exactly, and its bytes predicted_peak_bytes, with an
+//    uneven layer split so the chunks' stashes differ;
+//  - every weight-gradient action ran once per micro-batch (the gradient of
+//    each layer's parameter adds up to 1);
+//  - the messages and bytes sent are the exact count 2·m·(p·v − 1)
+//    transfers of the activation size, none when p = 1.
+// And the failures: a stage model that throws, a stage that never sends, a
+// schedule for another group size.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "comm/inproc_comm.h"
+#include "core/errors.h"
+#include "modelpar/pp/executor.h"
+#include "modelpar/pp/generators.h"
+#include "modelpar/pp/partition.h"
+#include "modelpar/pp/simulate.h"
+#include "workloads/synthetic_stages.h"
+
+namespace psar::pp {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Case {
+  std::string kind;
+  int p, m, v;
+};
+
+std::string name_of(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return c.kind + "_p" + std::to_string(c.p) + "_m" + std::to_string(c.m) + "_v" + std::to_string(c.v);
+}
+
+std::vector<Case> sweep() {
+  std::vector<Case> cases;
+  for (const auto& e : schedule_registry()) {
+    const std::string kind = e.name;
+    for (int p : {1, 2, 4}) {
+      std::set<int> ms{p, 2 * p, 3 * p};
+      if (kind == "gpipe") ms.insert(1);
+      for (int m : ms)
+        for (int v : {1, 2})
+          if (v == 1 || kind == "interleaved") cases.push_back({kind, p, m, v});
+    }
+  }
+  return cases;
+}
+
+// p·v + 1 layers: the first virtual stage gets two, so chunks differ in size.
+StageLayout layout_for(const Schedule& s, int stage) {
+  StageLayout l;
+  l.stages = s.stages;
+  l.chunks = s.chunks;
+  l.stage = stage;
+  l.microbatches = s.microbatches;
+  l.layers = partition_layers(s.virtual_stages() + 1, s.stages, s.chunks);
+  return l;
+}
+
+constexpr int64_t kActivationBytes = 36;  // 9 floats
+
+SyntheticStagesOptions zero_time(int layers) {
+  SyntheticStagesOptions o;
+  o.layers = layers;
+  o.forward_s = o.backward_s = o.weight_grad_s = 0;
+  o.activation_bytes = kActivationBytes;
+  return o;
+}
+
+class ExecutorSweep : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ExecutorSweep, RunsTheListAndMeasuresThePredictedPeakAndTraffic) {
+  const Case c = GetParam();
+  const Schedule schedule = make_schedule(c.kind, {c.p, c.m, c.v, 0});
+  const std::vector<int> peaks = peak_activations(schedule);
+  std::mutex mu;
+  int64_t messages = 0, bytes = 0;
+  run_inproc(c.p, [&](Comm& comm) {
+    const int stage = comm.rank();
+    SyntheticStages model(zero_time(schedule.virtual_stages() + 1), layout_for(schedule, stage));
+    ParamStore store;
+    for (int chunk = 0; chunk < c.v; ++chunk) model.declare(store, chunk);
+    store.finalize(1);
+    model.bind(store);
+    StageExecutor executor(schedule, comm, model);
+    for (int batch = 0; batch < 2; ++batch) {
+      store.zero_grads();
+      const CommCounters before = comm.counters();
+      const StageRun run = executor.run();
+      const auto& list = schedule.actions[static_cast<size_t>(stage)];
+      ASSERT_EQ(run.spans.size(), list.size());
+      for (size_t k = 0; k < list.size(); ++k) {
+        EXPECT_EQ(run.spans[k].action, list[k]) << "action " << k;
+        EXPECT_LE(run.spans[k].start, run.spans[k].end);
+        if (k > 0) {
+          EXPECT_LE(run.spans[k - 1].end, run.spans[k].start);
+        }
+      }
+      EXPECT_EQ(run.peak_activations, peaks[static_cast<size_t>(stage)]) << "stage " << stage;
+      EXPECT_EQ(run.peak_activation_bytes, predicted_peak_bytes(schedule, stage, model));
+      EXPECT_GT(run.peak_activation_bytes, 0);
+      for (float g : store.grads()) EXPECT_NEAR(g, 1.0f, 1e-5f);
+      EXPECT_EQ(model.live_activations(), 0);
+      std::lock_guard<std::mutex> lock(mu);
+      messages += comm.counters().messages_sent - before.messages_sent;
+      bytes += comm.counters().bytes_sent - before.bytes_sent;
+    }
+  });
+  const int64_t transfers = c.p == 1 ? 0 : 2 * 2LL * c.m * (c.p * c.v - 1);  // two batches
+  EXPECT_EQ(messages, transfers);
+  EXPECT_EQ(bytes, transfers * kActivationBytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, ExecutorSweep, ::testing::ValuesIn(sweep()), name_of);
+
+TEST(SyntheticStages, ADeliveryToTheWrongActionIsADataError) {
+  StageLayout l;
+  l.stages = 2;
+  l.stage = 1;
+  l.microbatches = 2;
+  l.layers = {1, 1};
+  SyntheticStages model(zero_time(2), l);
+  std::vector<float> x(9, 0.0f), none;
+  x[0] = 2;  // micro-batch 1's activation after layer 1 ...
+  try {
+    model.forward(0, 0, x, none);  // ... handed to micro-batch 0
+    FAIL() << "no error";
+  } catch (const DataError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("tagged 2 for micro-batch 0, expected 1"));
+  }
+}
+
+// Wraps a model and throws at one action, like a failing layer.
+class Faulty final : public StageModel {
+ public:
+  Faulty(StageModel& inner, int fail_at) : inner_(inner), fail_at_(fail_at) {}
+  int64_t boundary_numel(int u) const override { return inner_.boundary_numel(u); }
+  void forward(int c, int i, std::span<const float> x, std::span<float> y) override {
+    tick();
+    inner_.forward(c, i, x, y);
+  }
+  void backward_input(int c, int i, std::span<const float> dy, std::span<float> dx) override {
+    tick();
+    inner_.backward_input(c, i, dy, dx);
+  }
+  void backward_weight(int c, int i) override { inner_.backward_weight(c, i); }
+  int live_activations() const override { return inner_.live_activations(); }
+  int64_t live_activation_bytes() const override { return inner_.live_activation_bytes(); }
+  int64_t stash_bytes(int c) const override { return inner_.stash_bytes(c); }
+
+ private:
+  void tick() {
+    if (++calls_ == fail_at_) throw Error("layer failed on purpose");
+  }
+  StageModel& inner_;
+  int fail_at_, calls_ = 0;
+};
+
+TEST(Executor, AFailingStageFailsEveryStageInsteadOfHanging) {
+  const Schedule schedule = make_schedule("1f1b", {4, 8, 1, 0});
+  std::atomic<int> failed{0};
+  try {
+    run_inproc(4, [&](Comm& comm) {
+      SyntheticStages inner(zero_time(5), layout_for(schedule, comm.rank()));
+      ParamStore store;
+      inner.declare(store, 0);
+      store.finalize(1);
+      inner.bind(store);
+      Faulty model(inner, comm.rank() == 2 ? 3 : -1);
+      StageExecutor executor(schedule, comm, model);
+      try {
+        executor.run();
+      } catch (const Error&) {
+        ++failed;
+        throw;
+      }
+    }, {20.0});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("layer failed on purpose"));
+  }
+  EXPECT_GE(failed.load(), 2);  // the faulty stage and at least one that waited on it
+}
+
+TEST(Executor, AStageThatNeverSendsIsATimeoutNamingTheTransfer) {
+  const Schedule schedule = make_schedule("gpipe", {2, 2, 1, 0});
+  try {
+    run_inproc(2, [&](Comm& comm) {
+      if (comm.rank() == 0) return;  // stage 0 never runs its list
+      comm.set_timeout(0.2);
+      SyntheticStages model(zero_time(3), layout_for(schedule, 1));
+      ParamStore store;
+      model.declare(store, 0);
+      store.finalize(1);
+      model.bind(store);
+      StageExecutor(schedule, comm, model).run();
+    });
+    FAIL() << "no error";
+  } catch (const TimeoutError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("activation of micro-batch 0 from virtual stage 0"));
+    EXPECT_THAT(e.what(), HasSubstr("forward of micro-batch 0"));
+  }
+}
+
+TEST(Executor, RejectsAScheduleForAnotherGroupSize) {
+  const Schedule schedule = make_schedule("1f1b", {4, 4, 1, 0});
+  run_inproc(2, [&](Comm& comm) {
+    SyntheticStages model(zero_time(3), layout_for(make_schedule("1f1b", {2, 2, 1, 0}), comm.rank()));
+    try {
+      StageExecutor(schedule, comm, model);
+      ADD_FAILURE() << "no error";
+    } catch (const ConfigError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("the schedule has 4 stages but the pipeline group has 2"));
+    }
+  });
+}
+
+TEST(Executor, RejectsAnInvalidSchedule) {
+  Schedule broken = make_schedule("gpipe", {2, 2, 1, 0});
+  std::swap(broken.actions[0][0], broken.actions[0][3]);  // a backward before its forward
+  run_inproc(2, [&](Comm& comm) {
+    SyntheticStages model(zero_time(3), layout_for(make_schedule("gpipe", {2, 2, 1, 0}), comm.rank()));
+    EXPECT_THROW(StageExecutor(broken, comm, model), ConfigError);
+  });
+}
+
+}  // namespace
+}  // namespace psar::pp

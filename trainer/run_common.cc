@@ -1,0 +1,162 @@
+#include "trainer/run_common.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "core/errors.h"
+#include "core/rng.h"
+
+namespace psar {
+
+OptimizerOptions optimizer_options(const Config& c) {
+  OptimizerOptions o;
+  o.type = c.get_string("optimizer.type");
+  o.lr = static_cast<float>(c.get_float("optimizer.lr"));
+  o.momentum = static_cast<float>(c.get_float("optimizer.momentum"));
+  o.weight_decay = static_cast<float>(c.get_float("optimizer.weight_decay"));
+  o.beta1 = static_cast<float>(c.get_float("optimizer.beta1"));
+  o.beta2 = static_cast<float>(c.get_float("optimizer.beta2"));
+  o.eps = static_cast<float>(c.get_float("optimizer.eps"));
+  o.schedule = c.get_string("optimizer.schedule");
+  o.warmup_steps = c.get_int("optimizer.warmup_steps");
+  return o;
+}
+
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  const uint64_t stream = fnv1a("shuffle") + static_cast<uint64_t>(epoch);
+  for (int64_t i = n - 1; i > 0; --i) {
+    const auto b = Philox::block(seed, stream, static_cast<uint64_t>(i));
+    const uint64_t r = (uint64_t{b[0]} << 32 | b[1]) % static_cast<uint64_t>(i + 1);
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(r)]);
+  }
+  return order;
+}
+
+bool StepPlan::eval_after(int64_t step) const {
+  const bool epoch_end = step % steps_per_epoch == 0;
+  return (eval_every > 0 && step % eval_every == 0) || (eval_every <= 0 && epoch_end) ||
+         step == total_steps;
+}
+
+StepPlan plan_steps(const Config& config, int64_t train_samples) {
+  const bool has_steps = config.has("train.steps"), has_epochs = config.has("train.epochs");
+  if (has_steps == has_epochs) throw ConfigError("set exactly one of train.steps and train.epochs");
+  StepPlan p;
+  p.batch_size = config.get_int("train.batch_size");
+  if (p.batch_size <= 0) throw ConfigError("train.batch_size must be positive");
+  if (p.batch_size > train_samples)
+    throw ConfigError("train.batch_size " + std::to_string(p.batch_size) + " exceeds the " +
+                      std::to_string(train_samples) + " training samples");
+  p.steps_per_epoch = train_samples / p.batch_size;
+  p.total_steps = has_steps ? config.get_int("train.steps")
+                            : static_cast<int64_t>(std::ceil(config.get_float("train.epochs") *
+                                                             p.steps_per_epoch));
+  if (p.total_steps <= 0) throw ConfigError("train.steps/epochs must give at least one step");
+  p.log_every = std::max<int64_t>(1, config.get_int("train.log_every"));
+  p.eval_every = config.get_int("train.eval_every");
+  return p;
+}
+
+void for_each_eval_batch(const Dataset& test, int rank, int ranks,
+                         const std::function<void(const Batch&)>& fn) {
+  const int64_t n = test.size();
+  const int64_t lo = n * rank / ranks, hi = n * (rank + 1) / ranks;
+  constexpr int64_t kRows = 1000;
+  Batch batch;
+  std::vector<int64_t> rows;
+  for (int64_t start = lo; start < hi; start += kRows) {
+    rows.resize(static_cast<size_t>(std::min(kRows, hi - start)));
+    std::iota(rows.begin(), rows.end(), start);
+    test.gather(rows, batch);
+    fn(batch);
+  }
+}
+
+EvalStats sum_eval(Comm& comm, EvalStats mine) {
+  mine.loss_sum = comm.allreduce_sum(mine.loss_sum);
+  mine.correct = static_cast<int64_t>(comm.allreduce_sum(static_cast<double>(mine.correct)));
+  mine.count = static_cast<int64_t>(comm.allreduce_sum(static_cast<double>(mine.count)));
+  return mine;
+}
+
+namespace {
+
+std::string hms(double s) {
+  char buf[32];
+  const long t = std::lround(std::max(0.0, s));
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
+  return buf;
+}
+
+}  // namespace
+
+void print_progress(const StepPlan& plan, int64_t step, double mean_loss, double test_accuracy,
+                    double train_time) {
+  const double sps = static_cast<double>(plan.batch_size) * (step + 1) / train_time;
+  const double eta = train_time / (step + 1) * static_cast<double>(plan.total_steps - step - 1);
+  char acc[16] = "-";
+  if (test_accuracy >= 0) std::snprintf(acc, sizeof acc, "%.2f%%", 100.0 * test_accuracy);
+  std::printf("epoch %ld  step %ld/%ld  loss %.4f  acc %s  %.0f samples/s  ETA %s\n",
+              static_cast<long>(step / plan.steps_per_epoch + 1), static_cast<long>(step + 1),
+              static_cast<long>(plan.total_steps), mean_loss, acc, sps, hms(eta).c_str());
+  std::fflush(stdout);
+}
+
+void print_eval(int64_t step, double test_loss, double test_accuracy) {
+  std::printf("eval  step %ld  test_loss %.4f  test_accuracy %.2f%%\n", static_cast<long>(step),
+              test_loss, 100.0 * test_accuracy);
+}
+
+void begin_run_files(Comm& workers, const Config& config, const std::string& out_dir) {
+  if (workers.rank() != 0 || out_dir.empty()) return;
+  make_dirs(out_dir);
+  write_file_atomic(out_dir + "/config.yaml", config.dump());
+}
+
+void write_run_files(Comm& workers, Comm& world, const Config& config, const RunFiles& files,
+                     const TrainResult& result, const Tracer& tracer) {
+  const bool write = workers.rank() == 0 && !files.out_dir.empty();
+  std::string mine_csv;
+  for (const auto& r : files.rows) {
+    char buf[320];
+    std::snprintf(buf, sizeof buf, "%d,%ld,%.6f,%.9g,%.9g,%.9g,%.9g,%ld,%ld,%ld\n", workers.rank(),
+                  static_cast<long>(r.step), r.epoch, r.loss, r.step_s, r.compute_s, r.sync_s,
+                  static_cast<long>(r.bytes_sent), static_cast<long>(r.bytes_recv),
+                  static_cast<long>(r.messages));
+    mine_csv += buf;
+  }
+  const auto all = workers.allgather_bytes(std::as_bytes(std::span<const char>(mine_csv)));
+  if (write) {
+    std::string steps_csv =
+        "rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages\n";
+    for (const auto& part : all)
+      steps_csv.append(reinterpret_cast<const char*>(part.data()), part.size());
+    write_file_atomic(files.out_dir + "/steps.csv", steps_csv);
+    files.evals.write(files.out_dir + "/eval.csv");
+    CsvWriter summary({"experiment", "sync", "world_size", "steps", "epochs", "final_loss",
+                       "test_accuracy", "wall_s", "samples_per_s", "network"});
+    summary.row({config.get_string("experiment.name"), files.sync, CsvWriter::num(world.size()),
+                 CsvWriter::num(result.steps), CsvWriter::num(result.epochs),
+                 CsvWriter::num(result.final_loss), CsvWriter::num(result.test_accuracy),
+                 CsvWriter::num(result.wall_s), CsvWriter::num(result.samples_per_s),
+                 files.network});
+    summary.write(files.out_dir + "/summary.csv");
+  }
+  if (tracer.enabled()) {
+    const std::string mine_trace = tracer.events_json(workers.rank());
+    const auto traces = workers.allgather_bytes(std::as_bytes(std::span<const char>(mine_trace)));
+    if (write) {
+      std::vector<std::string> parts;
+      for (const auto& t : traces)
+        parts.emplace_back(reinterpret_cast<const char*>(t.data()), t.size());
+      write_file_atomic(files.out_dir + "/trace.json", Tracer::document(parts));
+    }
+  }
+}
+
+}  // namespace psar

@@ -1,0 +1,80 @@
+#pragma once
+// What both training loops share — the data-parallel one (trainer.cc) and
+// the pipeline one (pipeline_trainer.cc): the optimizer options and the
+// step plan read from the config, the epoch shuffle (the same on every rank,
+// which is what makes a parallel run equal the serial one), the progress
+// line, and the run files of docs/outputs.md (config.yaml, steps.csv,
+// eval.csv, summary.csv, trace.json).
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/comm.h"
+#include "core/config.h"
+#include "core/csv.h"
+#include "core/optim.h"
+#include "core/trace.h"
+#include "trainer/trainer.h"
+#include "workloads/dataset.h"
+#include "workloads/model.h"
+
+namespace psar {
+
+OptimizerOptions optimizer_options(const Config& config);
+
+// The same permutation of [0, n) on every rank for a given (seed, epoch).
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch);
+
+struct StepPlan {
+  int64_t batch_size = 0;       // global batch
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;
+  int64_t log_every = 1;
+  int64_t eval_every = 0;       // 0: once per epoch
+  // Evaluate after step `step` (1-based)?
+  bool eval_after(int64_t step) const;
+};
+// ConfigError for no or both of train.steps/epochs, a non-positive batch or
+// one larger than the training set, or zero steps.
+StepPlan plan_steps(const Config& config, int64_t train_samples);
+
+// One row of steps.csv.
+struct StepRow {
+  int64_t step;
+  double epoch, loss, step_s, compute_s, sync_s;
+  int64_t bytes_sent, bytes_recv, messages;
+};
+
+// The evaluation split: calls fn(batch) for the test rows of data-parallel
+// rank `rank` of `ranks` (an even split), 1000 rows at a time.
+void for_each_eval_batch(const Dataset& test, int rank, int ranks,
+                         const std::function<void(const Batch&)>& fn);
+// Adds up every rank's counts over `comm` (control plane).
+EvalStats sum_eval(Comm& comm, EvalStats mine);
+
+// "epoch 1  step 20/100  loss 0.6931  acc -  1234 samples/s  ETA 0:12", to stdout.
+void print_progress(const StepPlan& plan, int64_t step, double mean_loss, double test_accuracy,
+                    double train_time);
+void print_eval(int64_t step, double test_loss, double test_accuracy);
+
+// The run directory's files. Every rank of `workers` calls write_run_files
+// (it gathers the steps and the trace over them); rank 0 writes, if out_dir
+// is set.
+struct RunFiles {
+  RunFiles(std::string out, std::string sync_name, std::string network_text)
+      : out_dir(std::move(out)), sync(std::move(sync_name)), network(std::move(network_text)) {}
+  std::string out_dir;            // "" = write nothing (the gathers still happen)
+  std::string sync;               // the backend's name, for summary.csv
+  std::string network;            // NetModel::describe()
+  std::vector<StepRow> rows;      // this rank's
+  CsvWriter evals{{"step", "epoch", "test_loss", "test_accuracy"}};
+};
+// config.yaml, once the run is known to start (rank 0 of `workers`).
+void begin_run_files(Comm& workers, const Config& config, const std::string& out_dir);
+void write_run_files(Comm& workers, Comm& world, const Config& config, const RunFiles& files,
+                     const TrainResult& result, const Tracer& tracer);
+
+}  // namespace psar

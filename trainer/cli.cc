@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "comm/mpi_comm.h"
+#include "core/errors.h"
 #include "core/log.h"
 
 namespace psar {
@@ -18,6 +19,23 @@ Comm& CliContext::world() {
     log::set_rank(world_->rank());
   }
   return *world_;
+}
+
+int64_t parse_int_arg(const std::string& command, const std::string& flag,
+                      const std::string& text, int64_t min) {
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size())
+    throw ConfigError(command + ": " + flag + " needs an integer, got '" + text + "'");
+  if (v < min)
+    throw ConfigError(command + ": " + flag + " must be at least " + std::to_string(min) +
+                      ", got " + text);
+  return v;
 }
 
 int CliContext::world_rank_hint() const {

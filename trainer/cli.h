@@ -2,6 +2,7 @@
 // The `psar` command line: subcommands in one table (commands.cc). Every
 // subcommand accepts `--set dotted.key=value` (collected into `overrides`).
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,6 +29,11 @@ struct Subcommand {
 };
 
 std::span<const Subcommand> subcommands();
+
+// An integer command-line argument: `text` must be all digits and ≥ min;
+// otherwise a ConfigError naming the command and the flag.
+int64_t parse_int_arg(const std::string& command, const std::string& flag,
+                      const std::string& text, int64_t min);
 
 // Subcommands, one file each.
 int cmd_train(CliContext&);

@@ -61,19 +61,7 @@ constexpr const char* kUsage =
     "[--set sync.segment_bytes=512K]";
 
 int64_t parse_int(const std::string& flag, const std::string& text, int64_t min) {
-  size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size())
-    throw ConfigError("psar bench allreduce: " + flag + " needs an integer, got '" + text + "'");
-  if (v < min)
-    throw ConfigError("psar bench allreduce: " + flag + " must be at least " +
-                      std::to_string(min) + ", got " + text);
-  return v;
+  return parse_int_arg("psar bench allreduce", flag, text, min);
 }
 
 int64_t parse_size(const std::string& flag, const std::string& text) {

@@ -35,6 +35,7 @@
 #include "comm/comm.h"
 #include "core/csv.h"
 #include "core/errors.h"
+#include "comm/netem.h"
 #include "core/timer.h"
 #include "core/units.h"
 #include "trainer/cli.h"
@@ -194,6 +195,7 @@ int cmd_bench_allreduce(CliContext& ctx) {
   for (const auto& name : o.algos) algos.push_back(make_allreducer(name, ao));
 
   Comm& comm = ctx.world();
+  apply_network_model(comm, config);  // net.* (off unless net.bandwidth is set)
   comm.set_timeout(config.get_duration("sync.timeout"));
   const int n = comm.size();
   const bool root = comm.rank() == 0;

@@ -32,6 +32,7 @@
 #include "comm/comm.h"
 #include "core/csv.h"
 #include "core/errors.h"
+#include "comm/netem.h"
 #include "core/timer.h"
 #include "core/units.h"
 #include "ps/launch.h"
@@ -182,6 +183,7 @@ int cmd_bench_ps(CliContext& ctx) {
   po.consistency = ps::Consistency::kBsp;
 
   Comm& world = ctx.world();
+  apply_network_model(world, config);  // net.* (off unless net.bandwidth is set)
   world.set_timeout(po.timeout_s);
   const int W = world.size();
   const bool root = world.rank() == 0;

@@ -15,7 +15,7 @@ it beside the bubble. Ends with pp_report.py.
 
 EXPERIMENT names a yaml under experiments/ (pp_bubble_m, ...); default: all
 of pp_bubble_m pp_interleaved_m pp_bubble_p pp_interleaved_p pp_activation
-pp_mlp pp_timeline. Runs at nice -10 when allowed (root).
+pp_mlp pp_mlp_p4 pp_timeline. Runs at nice -10 when allowed (root).
 """
 
 import argparse
@@ -33,10 +33,10 @@ sys.path.insert(0, HERE)
 import run  # noqa: E402  (experiments/run.py: the sweep expansion and naming)
 
 EXPERIMENTS = ["pp_bubble_m", "pp_interleaved_m", "pp_bubble_p", "pp_interleaved_p",
-               "pp_activation", "pp_mlp", "pp_timeline"]
+               "pp_activation", "pp_mlp", "pp_mlp_p4", "pp_timeline"]
 # Their ranks compute on the cores themselves, so the pressure during the run
 # is mostly their own: one attempt, after waiting for quiet.
-COMPUTE_BOUND = {"pp_mlp"}
+COMPUTE_BOUND = {"pp_mlp", "pp_mlp_p4"}
 
 
 def stall_us():

@@ -206,7 +206,7 @@ def main():
     vs_v = load(args.results, "pp_interleaved_m")
     vs_p = load(args.results, "pp_bubble_p") + load(args.results, "pp_interleaved_p")
     act = load(args.results, "pp_activation")
-    mlp = load(args.results, "pp_mlp")
+    mlp = load(args.results, "pp_mlp") + load(args.results, "pp_mlp_p4")
     if not (vs_m or vs_p or vs_v):
         sys.exit(f"pp_report.py: no pipeline runs under {args.results}/pp_* (run experiments/run.py "
                  "experiments/pp_bubble_m.yaml first)")
@@ -241,7 +241,8 @@ def main():
     doc += ["## Peak activations per stage (p = 4, m = 8)\n", "![](memory.png)\n", memory(vs_m, out)]
     doc += ["## Throughput per schedule (p = 4)\n", "![](throughput.png)\n", throughput(vs_m, out)]
     if mlp:
-        doc += ["## The real model: MLP, 8 layers of 1024, Fashion-MNIST (4 ranks, d = 4/p)\n",
+        doc += ["## The real model: MLP, 8 layers of 1024, Fashion-MNIST (p = 2 on 2 ranks, "
+                "p = 4 on 4 ranks, 2 cores)\n",
                 table(BUBBLE_HEADER + ["samples/s", "test accuracy"],
                       bubble_rows(mlp, extra=lambda r: [f"{r['samples_per_s']:.0f}",
                                                         f"{r['test_accuracy']:.3f}"]))]

@@ -111,7 +111,7 @@ std::vector<float>& StageExecutor::buffer(const Transfer& t) {
 }
 
 void StageExecutor::await(Request& request, const Transfer& t, const Action& action) {
-  const double deadline = now_seconds() + comm_.timeout();
+  const double start = now_seconds(), deadline = start + comm_.timeout();
   double interval = options_.poll_min_s;
   while (!request.test()) {
     if (now_seconds() >= deadline)
@@ -121,7 +121,8 @@ void StageExecutor::await(Request& request, const Transfer& t, const Action& act
                                 " did not complete within ", comm_.timeout(), " s (",
                                 describe(schedule_), ")"));
     sleep_for(interval);
-    interval = std::min(2 * interval, options_.poll_max_s);
+    if (now_seconds() - start > options_.poll_fast_s)
+      interval = std::min(2 * interval, options_.poll_max_s);
   }
 }
 

@@ -10,9 +10,10 @@
 //   1. posts every receive of the batch at once (irecv on the pipeline
 //      communicator), so a message is matched whenever it arrives;
 //   2. walks the actions in order: waits for the action's input (polling
-//      with sleeps that grow from 10 to 100 µs, so waiting ranks leave the
-//      cores to ranks that compute while a message that arrives soon is
-//      still seen soon; the communicator's deadline bounds every wait), runs the
+//      every 10 µs for the first 0.5 ms, then in sleeps growing to 100 µs:
+//      a message that arrives soon — the usual case in a steady state — is
+//      seen within µs, while a rank waiting out a bubble leaves the cores to
+//      ranks that compute; the communicator's deadline bounds every wait), runs the
 //      model, samples its stash, and posts the output with isend without
 //      waiting for it;
 //   3. waits for its sends to complete before returning, since their
@@ -41,9 +42,10 @@ namespace psar::pp {
 
 struct ExecutorOptions {
   Tracer* tracer = nullptr;  // null or disabled: no spans
-  // Sleep between tests of a pending receive or send: poll_min_s first,
-  // doubling up to poll_max_s while the wait goes on.
+  // Sleep between tests of a pending receive or send: poll_min_s for the
+  // first poll_fast_s of a wait, then doubling up to poll_max_s.
   double poll_min_s = 10e-6;
+  double poll_fast_s = 500e-6;
   double poll_max_s = 100e-6;
 };
 

@@ -5,8 +5,11 @@
 // and receives (N-1)·n bytes, N(N-1)·n in all (the seed's N²·M), and reduces
 // (N-1)·n: (N-1)α + (N-1)·n(β+γ) when sends serialize on a rank's link — the
 // volume grows with N², which is the scalability problem the other algorithms
-// solve. Receives are double-buffered (scratch 3n: two landing slots and the
-// accumulator), so memory does not grow with N. Any N ≥ 1, any count.
+// solve. Messages go in shifted order (rank r sends to r+1, r+2, … and
+// receives from r-1, r-2, …), so no receiver gets all N-1 at once; every
+// vector lands in its own slot (scratch N·n: N-1 slots and the accumulator —
+// memory grows with N too), and the sum waits for all of them. Any N ≥ 1,
+// any count.
 
 #include <cstring>
 #include <vector>
@@ -28,61 +31,40 @@ class NaiveAllreducer final : public Allreducer {
     const auto count = static_cast<int64_t>(data.size());
     if (n == 1 || count == 0) return;
     Comm::OpScope op(comm, "naive allreduce");
-    if (static_cast<int64_t>(acc_.size()) != count) {
+    if (static_cast<int64_t>(acc_.size()) != count || slots_.size() != static_cast<size_t>(n) ||
+        !slots_[static_cast<size_t>(me)].empty()) {
       acc_.assign(static_cast<size_t>(count), 0.0f);
-      for (auto& s : slots_) s.assign(static_cast<size_t>(count), 0.0f);
+      slots_.assign(static_cast<size_t>(n), {});
+      for (int peer = 0; peer < n; ++peer)
+        if (peer != me) slots_[static_cast<size_t>(peer)].assign(static_cast<size_t>(count), 0.0f);
     }
     constexpr int tag = allreduce_tags::kNaive;
-    std::vector<Request> sends;
-    for (int peer = 0; peer < n; ++peer)
-      if (peer != me) sends.push_back(comm.isend(peer, std::span<const float>(data), tag));
-
-    // The k-th other rank (in rank order) lands in slot k % 2.
-    std::vector<int> others;
-    for (int peer = 0; peer < n; ++peer)
-      if (peer != me) others.push_back(peer);
-    Request recvs[2];
-    auto post = [&](size_t k) {
-      if (k < others.size())
-        recvs[k % 2] = comm.irecv(others[k], std::span<float>(slots_[k % 2]), tag);
-    };
-    post(0);
-    post(1);
-    // term(i, k): rank i's vector; k receives the index into `others` of the
-    // slot it occupies (-1 for our own), to be released once added.
-    int arrived = 0;
-    auto term = [&](int i, int& k) -> const float* {
-      if (i == me) {
-        k = -1;
-        return data.data();
-      }
-      k = arrived++;
-      recvs[k % 2].wait();
-      return slots_[k % 2].data();
-    };
-    auto release = [&](int k) {
-      if (k >= 0) post(static_cast<size_t>(k) + 2);
-    };
-
-    int k0 = 0, k1 = 0;
-    const float* x0 = term(0, k0);
-    const float* x1 = term(1, k1);
-    ops::add(acc_.data(), x0, x1, count);
-    release(k0);
-    release(k1);
-    for (int i = 2; i < n; ++i) {
-      int k = 0;
-      const float* x = term(i, k);
-      ops::add_inplace(acc_.data(), x, count);
-      release(k);
+    // Shifted order: at position k every rank sends to me + k and receives
+    // from me - k, so each rank receives exactly one message per position
+    // instead of all N-1 converging on rank 0 first, and completes its
+    // receives in the order they arrive (which a NIC, real or emulated, needs
+    // to serialize them as they came).
+    std::vector<Request> recvs, sends;
+    for (int k = 1; k < n; ++k) {
+      const int from = (me - k + n) % n;
+      recvs.push_back(comm.irecv(from, std::span<float>(slots_[static_cast<size_t>(from)]), tag));
     }
+    for (int k = 1; k < n; ++k)
+      sends.push_back(comm.isend((me + k) % n, std::span<const float>(data), tag));
+    wait_all(recvs);
+    // The same additions in the same (rank) order on every rank.
+    auto term = [&](int i) -> const float* {
+      return i == me ? data.data() : slots_[static_cast<size_t>(i)].data();
+    };
+    ops::add(acc_.data(), term(0), term(1), count);
+    for (int i = 2; i < n; ++i) ops::add_inplace(acc_.data(), term(i), count);
     wait_all(sends);
     std::memcpy(data.data(), acc_.data(), static_cast<size_t>(count) * sizeof(float));
   }
 
  private:
   std::vector<float> acc_;
-  std::vector<float> slots_[2];
+  std::vector<std::vector<float>> slots_;  // one landing slot per other rank
 };
 
 }  // namespace

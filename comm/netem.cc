@@ -41,8 +41,37 @@ double Nic::depart(size_t bytes, double now) {
 double Nic::arrive(size_t bytes, double egress_end) {
   std::lock_guard<std::mutex> lock(mu_);
   const double transfer = static_cast<double>(bytes) / model_.bandwidth;
-  ingress_free_ = std::max(egress_end + model_.latency, ingress_free_ + transfer);
-  return ingress_free_;
+  const double earliest = egress_end + model_.latency;
+  if (transfer <= 0) return earliest;  // nothing occupies the ingress
+  // First fit: the earliest window [start, start + transfer] with start ≥
+  // earliest − transfer that overlaps no busy interval.
+  double start = earliest - transfer;
+  auto it = ingress_busy_.upper_bound(start);
+  if (it != ingress_busy_.begin() && std::prev(it)->second > start) --it;
+  for (; it != ingress_busy_.end() && it->first < start + transfer; ++it)
+    start = std::max(start, it->second);
+  const double end = start + transfer;
+  // Insert [start, end], merging with neighbours that touch it.
+  double lo = start, hi = end;
+  auto next = ingress_busy_.lower_bound(start);
+  if (next != ingress_busy_.begin()) {
+    auto before = std::prev(next);
+    if (before->second >= lo) {
+      lo = before->first;
+      hi = std::max(hi, before->second);
+      next = ingress_busy_.erase(before);
+    }
+  }
+  while (next != ingress_busy_.end() && next->first <= hi) {
+    hi = std::max(hi, next->second);
+    next = ingress_busy_.erase(next);
+  }
+  ingress_busy_.emplace(lo, hi);
+  // Keep the history bounded: a receive completed more than a few thousand
+  // idle gaps late is modelled as if those gaps were taken.
+  constexpr size_t kMaxIntervals = 4096;
+  while (ingress_busy_.size() > kMaxIntervals) ingress_busy_.erase(ingress_busy_.begin());
+  return end;
 }
 
 void wait_until(double when) {

@@ -6,15 +6,20 @@
 // A message of n bytes posted at time t:
 //   egress   s = max(t, egress_free);  e = s + n/B;  egress_free = e
 //            (the send completes at e)
-//   delivery D = max(e + L, ingress_free + n/B);  ingress_free = D
+//   delivery D = the earliest time ≥ e + L such that the receiver's ingress
+//            is idle during [D − n/B, D]; that interval is then marked busy
 //            (the receive completes at D: the message occupied the receiver's
 //             ingress for n/B, serialized with everything else arriving there)
 // so a lone message takes n/B + L, and N messages into one NIC take N·n/B.
-// The sender's e travels with the message; every rank on one host shares the
-// monotonic clock, so the receiver can compute D. Limits (docs/network.md):
-// no switch contention, one NIC per rank, host jitter, and the ingress order
-// is the order in which the receiver completes its receives.
+// The ingress keeps its busy intervals, so a message the application
+// completes late still takes the idle slot it arrived in: delivery follows
+// arrival order, as on a real NIC, not the order the receives are completed
+// (for receives completed in arrival order this is max(e + L, ingress_free +
+// n/B)). The sender's e travels with the message; every rank on one host
+// shares the monotonic clock, so the receiver can compute D. Limits
+// (docs/network.md): no switch contention, one NIC per rank, host jitter.
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -51,7 +56,8 @@ class Nic {
  private:
   NetModel model_;
   std::mutex mu_;
-  double egress_free_ = 0, ingress_free_ = 0;
+  double egress_free_ = 0;
+  std::map<double, double> ingress_busy_;  // start -> end, disjoint, merged when touching
 };
 
 // Blocks until the shared monotonic clock reads `when`: sleeps for the bulk,

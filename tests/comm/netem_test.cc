@@ -151,8 +151,35 @@ TEST(NetworkEmulation, ModelArithmetic) {
   EXPECT_DOUBLE_EQ(nic.depart(100, 10.0), 10.2);   // queued behind the first
   EXPECT_DOUBLE_EQ(nic.arrive(100, 10.1), 10.6);   // + latency
   EXPECT_DOUBLE_EQ(nic.arrive(1000, 10.1), 11.6);  // ingress busy: 10.6 + 1.0
+  EXPECT_DOUBLE_EQ(nic.arrive(0, 10.1), 10.6);     // empty: occupies nothing
   EXPECT_EQ(NetModel{}.describe(), "off");
   EXPECT_EQ((NetModel{1.25e8, 50e-6}.describe()), "1Gbit, 50us");
+}
+
+// A receiver that completes its receives in another order than they arrived
+// (rank order, say, while the senders' shifted schedule delivers them in
+// reverse) must not serialize them in that order: each takes the idle slot it
+// arrived in.
+TEST(NetworkEmulation, IngressFollowsArrivalNotCompletionOrder) {
+  Nic in_order(NetModel{1000.0, 0.5}), reversed(NetModel{1000.0, 0.5});
+  const double sent[] = {11.0, 12.0, 13.0};  // egress ends 1 s apart, 1000 B each
+  for (double e : sent) EXPECT_DOUBLE_EQ(in_order.arrive(1000, e), e + 0.5);
+  for (int i = 2; i >= 0; --i) EXPECT_DOUBLE_EQ(reversed.arrive(1000, sent[i]), sent[i] + 0.5);
+}
+
+TEST(NetworkEmulation, IngressFirstFitSkipsGapsTooSmall) {
+  Nic nic(NetModel{1000.0, 0.0});
+  EXPECT_DOUBLE_EQ(nic.arrive(1000, 2.0), 2.0);   // busy [1, 2]
+  EXPECT_DOUBLE_EQ(nic.arrive(1000, 3.5), 3.5);   // busy [2.5, 3.5]; gap [2, 2.5]
+  EXPECT_DOUBLE_EQ(nic.arrive(1000, 2.2), 4.5);   // needs 1 s: only after 3.5
+  EXPECT_DOUBLE_EQ(nic.arrive(400, 2.1), 2.4);    // 0.4 s fits the gap [2, 2.5]
+  EXPECT_DOUBLE_EQ(nic.arrive(100, 2.0), 2.5);    // what is left of it: [2.4, 2.5]
+  EXPECT_DOUBLE_EQ(nic.arrive(100, 0.5), 0.5);    // long before anything: idle
+  // Incast of equal messages completed in any order fills back to back.
+  Nic incast(NetModel{1000.0, 0.0});
+  EXPECT_DOUBLE_EQ(incast.arrive(500, 5.0), 5.0);
+  EXPECT_DOUBLE_EQ(incast.arrive(500, 5.0), 5.5);
+  EXPECT_DOUBLE_EQ(incast.arrive(500, 5.0), 6.0);
 }
 
 }  // namespace

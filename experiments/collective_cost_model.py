@@ -45,9 +45,12 @@ def cost_terms(algo, p, n, segment):
     if algo == "butterfly":
         return L + 2 * f, L * n + 2 * f * n, L * n + f * n
     if algo == "tree":
+        # Each phase (reduce, then broadcast) is bound by the root's link: k·S
+        # segments through it, after a fill of two segment times per level of
+        # two-child inner nodes below the root's children (docs/algorithms.md).
         D, S, k = int(math.floor(math.log2(p))), max(1, math.ceil(n / segment)), min(2, p - 1)
-        steps = D + S - 1
-        return 2 * steps, 2 * k * steps * n / S, k * steps * n / S
+        fill = 2 * max(0, D - 2)
+        return 2 * (D + S - 1), 2 * (k * S + fill) * n / S, (k * S + fill) * n / S
     if algo == "naive":
         return p - 1, (p - 1) * n, (p - 1) * n
     raise ValueError(f"no cost form for {algo}")

@@ -39,6 +39,7 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import ROOT, mpirun_prefix, psar_binary  # noqa: E402
+from net_scaling import parse_bandwidth, parse_seconds, predict_allreduce, predict_ps  # noqa: E402
 
 SHARD_LINE = re.compile(r"shard (\d+) served: payload_bytes_in=(\d+) payload_bytes_out=(\d+)")
 
@@ -98,6 +99,30 @@ def formula(method, n_workers, servers, n_bytes):
     return None
 
 
+def network(spec, exp):
+    """'1Gbit' (latency from the experiment's net.latency) or '10Gbit@5us' or 'off':
+    (label, --set arguments)."""
+    spec = str(spec)
+    if spec == "off":
+        return "off", []
+    bandwidth, _, latency = spec.partition("@")
+    latency = latency or str(exp.get("net", {}).get("latency", "0us"))
+    return f"{bandwidth}@{latency}", [f"net.bandwidth={bandwidth}", f"net.latency={latency}"]
+
+
+def predicted_sync(net, method, N, S, n_bytes, exp):
+    """The alpha-beta time of one synchronization of n_bytes (experiments/net_scaling.py)."""
+    if net == "off" or method == "mpi" or (N == 1 and method != "ps"):
+        return None
+    bandwidth, _, latency = net.partition("@")
+    B, alpha = parse_bandwidth(bandwidth), parse_seconds(latency)
+    if method == "ps":
+        chunk = 1 << 20  # ps.chunk_bytes default
+        return predict_ps(N, S, n_bytes, B, alpha, chunk)
+    segment = 512 << 10  # sync.segment_bytes default
+    return predict_allreduce(method, N, n_bytes, B, alpha, segment)
+
+
 def param_count(run_dir):
     # Every worker pushes M floats per step: bytes_sent of a PS worker / 4.
     rows = read_csv(os.path.join(run_dir, "steps.csv"))
@@ -108,15 +133,15 @@ def scaling(exp, exp_path, out_root, binary, quick, dry_run):
     sweep = exp["experiment"]["sweep"]
     workers = [1, 2] if quick else sweep["workers"]
     rows = []
-    for net in sweep["networks"]:
-        net_sets = [] if str(net) == "off" else [f"net.bandwidth={net}"]
+    for net_spec in sweep["networks"]:
+        net, net_sets = network(net_spec, exp)
         methods = [("ps", s) for s in sweep["ps_servers"]]
         methods += [(a, 0) for a in sweep["allreduce"] if not (a == "mpi" and net_sets)]
         for N in workers:
             # One worker communicates with nobody: one allreduce row is enough.
             points = [m for m in methods if N > 1 or m[0] == "ps" or m == methods[len(sweep["ps_servers"])]]
             for method, S in points:
-                name = f"{method}{S if S else ''}_n{N}_net-{net}"
+                name = f"{method}{S if S else ''}_n{N}_net-{net.replace('@', '-')}"
                 ranks = N + S
                 sets = net_sets + [f"sync.backend={method}"]
                 if method == "ps":
@@ -147,6 +172,9 @@ def scaling(exp, exp_path, out_root, binary, quick, dry_run):
     for r in rows:
         f = formula(r["method"], r["workers"], r["servers"] or 1, n_bytes)
         r["formula_bytes_per_step"] = "" if f is None or r["method"] == "mpi" else int(f)
+        p = predicted_sync(str(r["network"]), r["method"], r["workers"], r["servers"] or 1,
+                           n_bytes, exp)
+        r["predicted_sync_ms"] = "" if p is None else round(1e3 * p, 3)
     write_table(rows, out_root, "scaling", M)
     plot_scaling(rows, os.path.join(out_root, "scaling.png"), M)
 
@@ -162,12 +190,19 @@ def write_table(rows, out_root, stem, M):
              "per step (PS: the busiest server shard; allreduce: the busiest rank).", "",
              "Load: the host's 1-minute load average when the point started (2 cores; other "
              "jobs share them, so points with a high load are noisy).", "",
-             "| network | method | S | N | step (ms) | sync (ms) | busiest endpoint (MB/step) "
-             "| formula (MB/step) | load |", "|---|---|---|---|---|---|---|---|---|"]
+             "Predicted sync: the alpha-beta time of one synchronization of the 4·M gradient "
+             "bytes under the emulated network (experiments/net_scaling.py: docs/algorithms.md "
+             "for the allreduce algorithms; for the PS the busiest NIC's bytes plus the last "
+             "chunk's replies); none without emulation.", "",
+             "| network | method | S | N | step (ms) | sync (ms) | predicted sync (ms) "
+             "| busiest endpoint (MB/step) | formula (MB/step) | load |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         f = r["formula_bytes_per_step"]
+        pred = "" if r.get("predicted_sync_ms", "") == "" else f"{float(r['predicted_sync_ms']):.1f}"
         lines.append(f"| {r['network']} | {r['method']} | {r['servers']} | {r['workers']} "
                      f"| {r['step_ms']:.1f} | {r['sync_ms']:.1f} "
+                     f"| {pred} "
                      f"| {r['busiest_bytes_per_step'] / 1e6:.2f} "
                      f"| {'' if f == '' else f'{f / 1e6:.2f}'} | {r['load1']} |")
     with open(os.path.join(out_root, stem + ".md"), "w") as f:
@@ -193,13 +228,18 @@ def plot_scaling(rows, path, M):
             rs.sort(key=lambda r: r["workers"])
             xs = [r["workers"] for r in rs]
             style = "-o" if label.startswith("ps") else "--s"
-            axes[i][0].plot(xs, [r["step_ms"] for r in rs], style, label=label,
+            axes[i][0].plot(xs, [r["sync_ms"] for r in rs], style, label=label,
                             color=color[label])
+            pred = [(r["workers"], float(r["predicted_sync_ms"])) for r in rs
+                    if r.get("predicted_sync_ms", "") != ""]
+            if pred:
+                axes[i][0].plot([x for x, _ in pred], [y for _, y in pred], ":", linewidth=1,
+                                color=color[label])
             if label != "mpi":
                 axes[i][1].plot(xs, [r["busiest_bytes_per_step"] / 1e6 for r in rs], style,
                                 label=label, color=color[label])
-        axes[i][0].set(title=f"time per step (network {net})", xlabel="workers N",
-                       ylabel="ms (median, slowest rank; log)", yscale="log")
+        axes[i][0].set(title=f"sync time per step (network {net}; dotted: α-β)",
+                       xlabel="workers N", ylabel="ms (median, slowest rank; log)", yscale="log")
         axes[i][1].set(title=f"busiest endpoint (M = {M})", xlabel="workers N",
                        ylabel="MB in + out per step")
         for ax in axes[i]:
@@ -212,8 +252,7 @@ def plot_scaling(rows, path, M):
 def consistency(exp, exp_path, out_root, binary, quick, dry_run):
     c = exp["experiment"]["sweep"]["consistency"]
     N, S = (2, 1) if quick else (c["workers"], c["servers"])
-    net = exp["experiment"]["sweep"]["networks"][0]
-    net_sets = [] if str(net) == "off" else [f"net.bandwidth={net}"]
+    net, net_sets = network(exp["experiment"]["sweep"]["networks"][0], exp)
     curves = {}
     for model in c["models"]:
         name = f"consistency_{model}_n{N}_s{S}"
@@ -288,6 +327,7 @@ def main():
         rows = read_csv(os.path.join(out_root, "scaling.csv"))
         for r in rows:
             r.update(workers=int(r["workers"]), step_ms=float(r["step_ms"]),
+                     sync_ms=float(r["sync_ms"]),
                      busiest_bytes_per_step=int(r["busiest_bytes_per_step"]))
         M = max(r["busiest_bytes_per_step"] for r in rows if r["method"] == "ps"
                 and r["workers"] == 1 and r["servers"] == "1") // 8

@@ -21,8 +21,9 @@ p is not a power of two (one fold step in and one out):
   ring              2(p-1),       2(p-1)/p n,          (p-1)/p n
   halving_doubling  2L + 2f,      2(p2-1)/p2 n + 2fn,  (p2-1)/p2 n + fn
   butterfly         L + 2f,       L n + 2fn,           L n + fn
-  tree              2(D+S-1),     2k(D+S-1) n/S,       k(D+S-1) n/S
-                    (D = floor(log2 p), S segments, k = min(2, p-1) children)
+  tree              2(D+S-1),     2(kS+f) n/S,         (kS+f) n/S
+                    (D = floor(log2 p), S segments, k = min(2, p-1) children
+                     of the root, f = 2 max(0, D-2) segment times of fill)
   naive             p-1,          (p-1) n,             (p-1) n
   mpi               fitted to the ring form (Open MPI picks its own algorithm)
 alpha and beta >= 0 are fitted per algorithm by least squares on relative

@@ -1,0 +1,340 @@
+#!/usr/bin/python3
+"""Runs experiments/net_scaling.yaml: synchronization under the emulated
+cluster network (docs/network.md) at several link speeds, every measurement
+beside its alpha-beta prediction.
+
+    experiments/net_scaling.py [EXPERIMENT.yaml] [--psar PATH] [--out DIR]
+                               [--reuse] [--quick] [--high-priority]
+
+For every network and N: one `psar bench allreduce` run (every algorithm,
+sizes min..max, taking turns round by round) with --volume-csv, and one
+`psar bench ps --servers S` run per S (N workers + S server ranks). Writes
+into results/<experiment.name>/:
+  allreduce_<net>_n<N>.csv, volume_<net>_n<N>.csv, ps_<net>_n<N>_s<S>.csv
+  check.md              the issue's check: at the check network every
+                        algorithm's time within the tolerance of its
+                        prediction, for every size >= min_size and N
+  table.md              per network: sync time vs N at the headline size,
+                        measured | predicted, the seed's claims as ratios,
+                        bytes sent by the busiest rank beside the exact count
+  sync_vs_n_<net>.png   the same, measured (solid) and predicted (dashed)
+--reuse re-reports from the CSVs in --out; --quick runs N = 2, 4 and one size.
+
+Predictions (n bytes, B bytes/s per NIC and direction, alpha the latency,
+gamma = 0: pure alpha-beta): the allreduce forms of docs/algorithms.md
+(`cost_terms` in collective_cost_model.py) with beta = 1/B. The parameter
+server with S shards, N workers and ps.chunk_bytes chunks c: every shard's
+NIC carries N*n/S in and out, every worker's n; with chunks streamed, push
+and pull overlap, so the busiest NIC's bytes plus the last chunk's replies:
+    T_ps = (max(N*n/S, n) + max(N, S) * min(c, n/S)) / B + 2 alpha.
+"""
+
+import argparse
+import math
+import os
+import re
+import sys
+
+import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report_collectives  # noqa: E402
+from collective_cost_model import cost_terms, human, parse_bytes, read_csv, write_text  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RATE_UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def parse_bandwidth(text):
+    """'1Gbit' -> bytes per second (decimal prefixes, as psar's own parser)."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(bit|B)(/s|ps)?\s*", str(text))
+    if not m:
+        raise ValueError(f"bandwidth '{text}': expected e.g. 1Gbit or 125MB")
+    value = float(m.group(1)) * RATE_UNITS[m.group(2)]
+    return value / 8 if m.group(3) == "bit" else value
+
+
+def parse_seconds(text):
+    t = str(text).strip()
+    for unit, scale in (("us", 1e-6), ("ms", 1e-3), ("ns", 1e-9), ("s", 1.0)):
+        if t.endswith(unit):
+            return float(t[: -len(unit)]) * scale
+    raise ValueError(f"duration '{text}': expected e.g. 50us")
+
+
+def predict_allreduce(algo, N, n, B, alpha, segment):
+    a, b, _ = cost_terms(algo, N, n, segment)
+    return a * alpha + b / B
+
+
+def predict_ps(N, S, n, B, alpha, chunk):
+    busiest = max(N * n / S, n)
+    tail = max(N, S) * min(chunk, n / S)
+    return (busiest + tail) / B + 2 * alpha
+
+
+def busiest_sent(algo, N, n):
+    """Exact bytes sent by the busiest rank (docs/algorithms.md), powers of two."""
+    if algo == "naive":
+        return (N - 1) * n
+    if algo in ("ring", "halving_doubling"):
+        return None  # exact per-rank counts depend on chunk rounding; formula below
+    if algo == "tree":
+        children = [sum(1 for c in (2 * r + 1, 2 * r + 2) if c < N) for r in range(N)]
+        return max((c + (1 if r > 0 else 0)) * n for r, c in enumerate(children))
+    if algo == "butterfly":
+        return int(math.log2(N)) * n
+    return None
+
+
+def measure(exp, psar, out, quick):
+    ar, ps = exp["allreduce"], exp["ps"]
+    ranks = exp["ranks"][:2] if quick else exp["ranks"]
+    head = exp["headline_size"]
+    for net in exp["networks"]:
+        sets = ["--set", f"net.bandwidth={net['bandwidth']}", "--set", f"net.latency={net['latency']}"]
+        for N in ranks:
+            lo, hi = (head, head) if quick else (ar["min"], ar["max"])
+            report_collectives.run(
+                report_collectives.mpirun(N) + [
+                    psar, "bench", "allreduce", "--algos", ",".join(ar["algos"]), "-b", str(lo),
+                    "-e", str(hi), "-f", str(ar["factor"]), "-n", str(ar["iters"]), "-w",
+                    str(ar["warmup"]), "-c", "1", "--csv",
+                    os.path.join(out, f"allreduce_{net['name']}_n{N}.csv"), "--volume-csv",
+                    os.path.join(out, f"volume_{net['name']}_n{N}.csv"), "--set",
+                    f"sync.segment_bytes={ar['segment_bytes']}"] + sets)
+            for S in ps["servers"]:
+                report_collectives.run(
+                    report_collectives.mpirun(N + S) + [
+                        psar, "bench", "ps", "--servers", str(S), "-b", str(ps["size"]), "-e",
+                        str(ps["size"]), "-n", str(ps["iters"]), "-w", str(ps["warmup"]), "--csv",
+                        os.path.join(out, f"ps_{net['name']}_n{N}_s{S}.csv"), "--set",
+                        f"ps.chunk_bytes={ps['chunk_bytes']}"] + sets)
+
+
+def load(exp, out):
+    """rows: dicts network, N, method, servers, size, measured_s, predicted_s, sent_max."""
+    ar, ps = exp["allreduce"], exp["ps"]
+    segment, chunk = parse_bytes(ar["segment_bytes"]), parse_bytes(ps["chunk_bytes"])
+    rows = []
+    for net in exp["networks"]:
+        B, alpha = parse_bandwidth(net["bandwidth"]), parse_seconds(net["latency"])
+        for N in exp["ranks"]:
+            path = os.path.join(out, f"allreduce_{net['name']}_n{N}.csv")
+            if not os.path.exists(path):
+                continue
+            volume = {(r["algo"], int(r["size"])): int(r["bytes_sent_max_rank"])
+                      for r in read_csv(os.path.join(out, f"volume_{net['name']}_n{N}.csv"))}
+            for r in read_csv(path):
+                if int(r["wrong"] or 0) != 0:
+                    sys.exit(f"net_scaling.py: {path}: {r['algo']} at {r['size']} B summed wrongly")
+                n = int(r["size"])
+                rows.append({"network": net["name"], "N": N, "method": r["algo"], "servers": 0,
+                             "size": n, "measured_s": float(r["time_us"]) * 1e-6,
+                             "predicted_s": predict_allreduce(r["algo"], N, n, B, alpha, segment),
+                             "sent_max": volume.get((r["algo"], n))})
+            for S in ps["servers"]:
+                path = os.path.join(out, f"ps_{net['name']}_n{N}_s{S}.csv")
+                for r in read_csv(path) if os.path.exists(path) else []:
+                    if r["mode"] != "ps":
+                        continue
+                    n = int(r["size"])
+                    rows.append({"network": net["name"], "N": N, "method": f"ps S={S}",
+                                 "servers": S, "size": n, "measured_s": float(r["time_us"]) * 1e-6,
+                                 "predicted_s": predict_ps(N, S, n, B, alpha, chunk),
+                                 "sent_max": None})
+    return rows
+
+
+def fmt_ms(s):
+    return f"{s * 1e3:.1f}" if s >= 0.01 else f"{s * 1e3:.2f}"
+
+
+def check_report(exp, rows, note):
+    chk = exp["check"]
+    tol, min_size = float(chk["tolerance"]), parse_bytes(chk["min_size"])
+    algos = exp["allreduce"]["algos"]
+    sel = [r for r in rows if r["network"] == chk["network"] and r["method"] in algos
+           and r["size"] >= min_size]
+    net = next(n for n in exp["networks"] if n["name"] == chk["network"])
+    lines = [f"# Check: `psar bench allreduce` under {net['bandwidth']}, {net['latency']} vs α-β",
+             "",
+             f"Target (issue 5): every algorithm's measured time within {tol:.0%} of its α-β",
+             f"prediction for sizes ≥ {human(min_size)} and N ∈ {{{', '.join(str(n) for n in exp['ranks'])}}}.",
+             "Prediction: the cost forms of docs/algorithms.md with α = the latency,",
+             "β = 1/B, γ = 0. Cells: measured ms / predicted ms (measured ÷ predicted).",
+             ""]
+    worst = max((abs(r["measured_s"] / r["predicted_s"] - 1), r) for r in sel) if sel else None
+    for N in exp["ranks"]:
+        at = [r for r in sel if r["N"] == N]
+        if not at:
+            continue
+        sizes = sorted({r["size"] for r in at})
+        lines += [f"## N = {N}", "", "| algorithm | " + " | ".join(human(s) for s in sizes) + " |",
+                  "|---|" + "---|" * len(sizes)]
+        for a in algos:
+            cells = []
+            for s in sizes:
+                r = next((x for x in at if x["method"] == a and x["size"] == s), None)
+                if r is None:
+                    cells.append("")
+                    continue
+                q = r["measured_s"] / r["predicted_s"]
+                flag = "" if abs(q - 1) <= tol else " **✗**"
+                cells.append(f"{fmt_ms(r['measured_s'])} / {fmt_ms(r['predicted_s'])} ({q:.2f}){flag}")
+            lines.append(f"| {a} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if worst:
+        ok = all(abs(r["measured_s"] / r["predicted_s"] - 1) <= tol for r in sel)
+        w = worst[1]
+        lines += [f"**{'Met' if ok else 'Not met'}**: {len(sel)} measurements, the worst "
+                  f"{w['method']} at N = {w['N']}, {human(w['size'])}: measured ÷ predicted = "
+                  f"{w['measured_s'] / w['predicted_s']:.3f}.", ""]
+    lines += [note, ""]
+    return "\n".join(lines)
+
+
+def ratio(rows, method, net, size, a, b):
+    get = {r["N"]: r for r in rows if r["method"] == method and r["network"] == net and r["size"] == size}
+    if a not in get or b not in get:
+        return None
+    return (get[b]["measured_s"] / get[a]["measured_s"], get[b]["predicted_s"] / get[a]["predicted_s"])
+
+
+def table_report(exp, rows, note):
+    size = parse_bytes(exp["headline_size"])
+    methods = [f"ps S={s}" for s in exp["ps"]["servers"]] + exp["allreduce"]["algos"]
+    lines = ["# Sync time vs N under the emulated network", "",
+             f"One synchronization of {human(size)} (M = {size // 4:,} floats): `psar bench ps`",
+             "(push + pull, N workers, S dedicated shards) and `psar bench allreduce`; median",
+             "of the rounds, each the slowest rank's time. Cells: measured ms | α-β prediction",
+             "ms. Predictions: docs/algorithms.md for the allreduce algorithms; for the PS",
+             "(max(N·M/S, M) + max(N, S)·chunk) / B + 2α — the busiest NIC (a shard's N·M/S or",
+             "a worker's M, push and pull overlapped by chunking) and the last chunk's replies.",
+             "Regenerate: `experiments/net_scaling.py` (commands in its docstring).", ""]
+    Ns = exp["ranks"]
+    lo, hi = Ns[0], Ns[-1]
+    for net in exp["networks"]:
+        name = net["name"]
+        at = [r for r in rows if r["network"] == name and r["size"] == size]
+        if not at:
+            continue
+        lines += [f"## {net['bandwidth']}, {net['latency']}", "",
+                  "| method | " + " | ".join(f"N = {n}" for n in Ns) + f" | N{hi}/N{lo} measured | N{hi}/N{lo} predicted |",
+                  "|---|" + "---|" * (len(Ns) + 2)]
+        for m in methods:
+            cells = []
+            for n in Ns:
+                r = next((x for x in at if x["method"] == m and x["N"] == n), None)
+                cells.append(f"{fmt_ms(r['measured_s'])} \\| {fmt_ms(r['predicted_s'])}" if r else "")
+            q = ratio(rows, m, name, size, lo, hi)
+            lines.append(f"| {m} | " + " | ".join(cells) + " | " +
+                         (f"{q[0]:.2f}× | {q[1]:.2f}× |" if q else " | |"))
+        lines.append("")
+        claims = []
+        q = ratio(rows, "ps S=1", name, size, lo, hi)
+        if q:
+            claims.append(f"PS (S = 1) from N = {lo} to {hi}: **{q[0]:.2f}×** (model {q[1]:.2f}×; target at 1 Gbit/s ≥ 3×)")
+        q = ratio(rows, "ring", name, size, lo, hi)
+        if q:
+            claims.append(f"ring from N = {lo} to {hi}: **{q[0]:.2f}×** (model {q[1]:.2f}×; target at 1 Gbit/s ≤ 2×)")
+        q = ratio(rows, "tree", name, size, lo, hi)
+        if q:
+            claims.append(f"tree from N = {lo} to {hi}: {q[0]:.2f}× (model {q[1]:.2f}×: log N depth, pipelined)")
+        s1 = next((r for r in at if r["method"] == "ps S=1" and r["N"] == 4), None)
+        s4 = next((r for r in at if r["method"] == "ps S=4" and r["N"] == 4), None)
+        if s1 and s4:
+            claims.append(f"PS at N = 4, S = 1 ÷ S = 4: **{s1['measured_s'] / s4['measured_s']:.2f}×** "
+                          f"(model {s1['predicted_s'] / s4['predicted_s']:.2f}×; target at 1 Gbit/s ≥ 2.5×)")
+        lines += [f"- {c}" for c in claims] + [""]
+    lines += ["## Bytes sent by the busiest rank (Comm counters) beside the exact count", "",
+              "The emulation delays messages; it never changes what is sent. Per network and N:",
+              "measured bytes (busiest rank) at the headline size.", "",
+              "| network | N | " + " | ".join(exp["allreduce"]["algos"]) + " |",
+              "|---|---|" + "---|" * len(exp["allreduce"]["algos"])]
+    for net in exp["networks"]:
+        for n in Ns:
+            at = {r["method"]: r for r in rows if r["network"] == net["name"] and r["N"] == n
+                  and r["size"] == size and r["sent_max"] is not None}
+            if not at:
+                continue
+            cells = []
+            for a in exp["allreduce"]["algos"]:
+                r = at.get(a)
+                exact = busiest_sent(a, n, size)
+                if exact is None and a in ("ring", "halving_doubling"):
+                    exact = 2 * (n - 1) * size // n  # size divides by n here: exact
+                mark = "" if r is None or exact is None or r["sent_max"] == exact else " (≠ exact!)"
+                cells.append(f"{r['sent_max']:,}{mark}" if r else "")
+            lines.append(f"| {net['name']} | {n} | " + " | ".join(cells) + " |")
+    lines += ["", note, ""]
+    return "\n".join(lines)
+
+
+def plot(exp, rows, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    size = parse_bytes(exp["headline_size"])
+    methods = [f"ps S={s}" for s in exp["ps"]["servers"]] + exp["allreduce"]["algos"]
+    for net in exp["networks"]:
+        at = [r for r in rows if r["network"] == net["name"] and r["size"] == size]
+        if not at:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for i, m in enumerate(methods):
+            pts = sorted((r["N"], r["measured_s"], r["predicted_s"]) for r in at if r["method"] == m)
+            if not pts:
+                continue
+            color = f"C{i}"
+            ax.plot([p[0] for p in pts], [p[1] * 1e3 for p in pts], "o-", color=color, label=m)
+            ax.plot([p[0] for p in pts], [p[2] * 1e3 for p in pts], "--", color=color, alpha=0.6)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(exp["ranks"], [str(n) for n in exp["ranks"]])
+        ax.set_yscale("log")
+        ax.set_xlabel("N (workers / ranks)")
+        ax.set_ylabel("sync time (ms)")
+        ax.set_title(f"{human(size)} sync, emulated {net['bandwidth']}, {net['latency']} "
+                     "(solid measured, dashed α-β)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8, ncol=2)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, f"sync_vs_n_{net['name']}.png"), dpi=110)
+        plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("experiment", nargs="?", default=os.path.join(ROOT, "experiments", "net_scaling.yaml"))
+    ap.add_argument("--psar", default=os.environ.get("PSAR_BIN", os.path.join(ROOT, "build", "trainer", "psar")))
+    ap.add_argument("--out")
+    ap.add_argument("--reuse", action="store_true")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--high-priority", action="store_true")
+    args = ap.parse_args()
+    with open(args.experiment) as f:
+        exp = yaml.safe_load(f)
+    out = args.out or os.path.join(ROOT, "results", exp["experiment"]["name"])
+    os.makedirs(out, exist_ok=True)
+    report_collectives.HIGH_PRIORITY = args.high_priority
+    load_before = os.getloadavg()[0]
+    if not args.reuse:
+        if not os.access(args.psar, os.X_OK):
+            sys.exit(f"net_scaling.py: no psar binary at {args.psar} (build first: scripts/build.sh)")
+        measure(exp, args.psar, out, args.quick)
+        note = report_collectives.machine_note(load_before)
+        write_text(os.path.join(out, "machine.txt"), note + "\n")
+    else:
+        path = os.path.join(out, "machine.txt")
+        note = open(path).read().strip() if os.path.exists(path) else ""
+    rows = load(exp, out)
+    if not rows:
+        sys.exit(f"net_scaling.py: no measurements in {out}")
+    write_text(os.path.join(out, "check.md"), check_report(exp, rows, note))
+    write_text(os.path.join(out, "table.md"), table_report(exp, rows, note))
+    plot(exp, rows, out)
+    print(f"net_scaling.py: wrote {out}/check.md, table.md, sync_vs_n_*.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -10,6 +10,28 @@ namespace psar {
 
 namespace {
 
+// The optimizers' loops, built for AVX2 and for the baseline and picked at
+// load time, like the reduction kernels in ops.cc. Every operation is an IEEE
+// single-precision +, ×, ÷ or √ (no FMA contraction, no approximate reciprocal
+// square root), so both builds, the vector body and the scalar tail give the
+// same bits, and updating a slice equals slicing the full update.
+#define PSAR_OPTIMIZER_KERNEL __attribute__((target_clones("avx2", "default")))
+
+// p -= lr·(g + wd·p)
+PSAR_OPTIMIZER_KERNEL void sgd_kernel(float* p, const float* g, int64_t n, float lr, float wd) {
+  for (int64_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+}
+
+// v = μ·v + g + wd·p;  p -= lr·v
+PSAR_OPTIMIZER_KERNEL void sgd_momentum_kernel(float* p, const float* g, float* velocity,
+                                               int64_t n, float lr, float mu, float wd) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = mu * velocity[i] + g[i] + wd * p[i];
+    velocity[i] = v;
+    p[i] -= lr * v;
+  }
+}
+
 // SGD with (heavy-ball) momentum: v = μ·v + g;  p -= lr·v.
 class Sgd final : public Optimizer {
  public:
@@ -19,16 +41,13 @@ class Sgd final : public Optimizer {
   void step(std::span<float> p, std::span<const float> g) override {
     PSAR_CHECK(p.size() == g.size(), "sgd: params and grads differ in size");
     const float lr = this->lr(), mu = options_.momentum, wd = options_.weight_decay;
+    const auto n = static_cast<int64_t>(p.size());
     if (velocity_.empty()) {
-      for (size_t i = 0; i < p.size(); ++i) p[i] -= lr * (g[i] + wd * p[i]);
+      sgd_kernel(p.data(), g.data(), n, lr, wd);
     } else {
       PSAR_CHECK(velocity_.size() == p.size(), "sgd: state sized ", velocity_.size(),
                  " but step() got ", p.size());
-      for (size_t i = 0; i < p.size(); ++i) {
-        const float v = mu * velocity_[i] + g[i] + wd * p[i];
-        velocity_[i] = v;
-        p[i] -= lr * v;
-      }
+      sgd_momentum_kernel(p.data(), g.data(), velocity_.data(), n, lr, mu, wd);
     }
     ++steps_;
   }
@@ -36,6 +55,23 @@ class Sgd final : public Optimizer {
  private:
   std::vector<float> velocity_;
 };
+
+// One Adam step over n elements (AdamW decay when wd > 0), the bias
+// corrections passed as reciprocals: m̂ = m·(1/c1), v̂ = v·(1/c2). It
+// vectorizes because optim.cc is built with -fno-math-errno
+// (core/CMakeLists.txt): the square root of v̂ ≥ 0 needs no errno path.
+PSAR_OPTIMIZER_KERNEL void adam_kernel(
+    float* __restrict p, const float* __restrict g, float* __restrict m_state,
+    float* __restrict v_state, int64_t n, float lr, float b1, float b2, float inv_c1,
+    float inv_c2, float eps, float wd) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float m = b1 * m_state[i] + (1.0f - b1) * g[i];
+    const float v = b2 * v_state[i] + (1.0f - b2) * g[i] * g[i];
+    m_state[i] = m;
+    v_state[i] = v;
+    p[i] -= lr * ((m * inv_c1) / (std::sqrt(v * inv_c2) + eps) + wd * p[i]);
+  }
+}
 
 // Adam (AdamW when weight_decay > 0), with bias correction.
 class Adam final : public Optimizer {
@@ -49,13 +85,11 @@ class Adam final : public Optimizer {
     const float b1 = options_.beta1, b2 = options_.beta2;
     const float c1 = 1.0f - static_cast<float>(std::pow(b1, steps_));
     const float c2 = 1.0f - static_cast<float>(std::pow(b2, steps_));
-    for (size_t i = 0; i < p.size(); ++i) {
-      const float m = b1 * m_[i] + (1.0f - b1) * g[i];
-      const float v = b2 * v_[i] + (1.0f - b2) * g[i] * g[i];
-      m_[i] = m;
-      v_[i] = v;
-      p[i] -= lr * ((m / c1) / (std::sqrt(v / c2) + options_.eps) + options_.weight_decay * p[i]);
-    }
+    // The kernel's pointers are __restrict: the parameters must not overlap the gradient.
+    PSAR_CHECK(p.data() + p.size() <= g.data() || g.data() + g.size() <= p.data() || p.empty(),
+               "adam: params and grads overlap");
+    adam_kernel(p.data(), g.data(), m_.data(), v_.data(), static_cast<int64_t>(p.size()), lr, b1,
+                b2, 1.0f / c1, 1.0f / c2, options_.eps, options_.weight_decay);
   }
 
  private:

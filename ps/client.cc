@@ -123,18 +123,45 @@ void Client::round(wire::MessageType type, int64_t clock, std::span<const float>
   for (auto& s : shards_) items.push_back({s.socket.handle(), 0, ZMQ_POLLIN, 0});
   size_t busy = shards_.size();
   min_version_ = std::numeric_limits<int64_t>::max();
+  in_flight_.clear();
+  auto answered = [&](size_t i) {
+    if (--shards_[i].waiting == 0) {
+      items[i].events = 0;  // every chunk answered
+      --busy;
+    }
+  };
+  // Emulated ingress: replies from every shard in the order they left their
+  // servers, each once the wire could have delivered it (egress end + latency).
+  auto deliver = [&]() -> double {
+    while (!in_flight_.empty()) {
+      auto first = in_flight_.begin();
+      const double earliest = first->first + options_.nic->model().latency;
+      if (now_seconds() < earliest) return earliest;
+      InFlight m = std::move(first->second);
+      in_flight_.erase(first);
+      const size_t bytes = m.frames[0].size() + (m.count == 2 ? m.frames[1].size() : 0);
+      wait_until(options_.nic->arrive(bytes, m.header.sent_at()));
+      handle_reply(shards_[m.shard], m.frames, m.count, m.header, type, clock, params);
+      answered(m.shard);
+    }
+    return 0;
+  };
   while (busy > 0) {
-    zmq::poll(items.data(), items.size(),
-              std::chrono::milliseconds(poll_millis(deadline, kPollSlice)));
+    long ms = poll_millis(deadline, kPollSlice);
+    if (const double next = deliver(); next > 0) {
+      const double left = next - now_seconds();
+      if (left < 2e-3) wait_until(next);  // ZeroMQ's poll counts milliseconds
+      ms = std::min(ms, std::max(0L, static_cast<long>((left - 1e-3) * 1e3)));
+    }
+    if (busy == 0) break;
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(ms));
     for (size_t i = 0; i < items.size(); ++i) {
       if (items[i].events == 0 || !(items[i].revents & ZMQ_POLLIN)) continue;
-      Shard& s = shards_[i];
-      while (s.waiting > 0 && take_reply(s, type, clock, params)) --s.waiting;
-      if (s.waiting == 0) {
-        items[i].events = 0;  // every chunk answered
-        --busy;
-      }
+      for (Took t; shards_[i].waiting > 0 &&
+                   (t = take_reply(i, type, clock, params)) != Took::kNothing;)
+        if (t == Took::kDone) answered(i);
     }
+    if (options_.nic) deliver();
     if (busy > 0 && now_seconds() >= deadline) {
       std::string missing;
       for (size_t i = 0; i < items.size(); ++i)
@@ -187,23 +214,36 @@ void Client::send_request(Shard& s, wire::MessageType type, int64_t clock, KeyRa
   s.socket.send(payload, zmq::send_flags::none);
 }
 
-bool Client::take_reply(Shard& s, wire::MessageType type, int64_t clock, std::span<float> params) {
+std::string Client::reply_context(const Shard& s, wire::MessageType type, int64_t clock) const {
+  return who() + ": " + type_name(type) + " of step " + std::to_string(clock) + ": shard " +
+         std::to_string(s.address.shard) + " (" + s.address.endpoint + ")";
+}
+
+Client::Took Client::take_reply(size_t index, wire::MessageType type, int64_t clock,
+                                std::span<float> params) {
+  Shard& s = shards_[index];
   std::vector<zmq::message_t> frames;
   const size_t count = recv_frames(s.socket, frames, 3);
-  if (count == 0) return false;
-  const std::string what = who() + ": " + type_name(type) + " of step " + std::to_string(clock) +
-                           ": shard " + std::to_string(s.address.shard) + " (" +
-                           s.address.endpoint + ")";
+  if (count == 0) return Took::kNothing;
   wire::Header h;
   if (count > 2 || !decode_header(frames[0].data(), frames[0].size(), h) ||
       h.token() != options_.token)
-    fail_protocol(what + " sent a reply that is not this job's protocol");
+    fail_protocol(reply_context(s, type, clock) + " sent a reply that is not this job's protocol");
   ++counters_.messages_in;
   counters_.header_bytes_in += static_cast<int64_t>(frames[0].size());
-  if (options_.nic && h.sent_at() > 0) {  // emulated ingress of this worker's NIC
-    const size_t bytes = frames[0].size() + (count == 2 ? frames[1].size() : 0);
-    wait_until(options_.nic->arrive(bytes, h.sent_at()));
+  if (options_.nic && h.sent_at() > 0) {  // on the emulated wire until it arrives
+    const double sent_at = h.sent_at();
+    in_flight_.emplace(sent_at, InFlight{index, std::move(frames), count, std::move(h)});
+    return Took::kHeld;
   }
+  handle_reply(s, frames, count, h, type, clock, params);
+  return Took::kDone;
+}
+
+void Client::handle_reply(Shard& s, std::vector<zmq::message_t>& frames, size_t count,
+                          const wire::Header& h, wire::MessageType type, int64_t clock,
+                          std::span<float> params) {
+  const std::string what = reply_context(s, type, clock);
   if (h.type() == wire::MSG_ERROR) {
     ++counters_.rejected;
     const std::string text =
@@ -226,7 +266,7 @@ bool Client::take_reply(Shard& s, wire::MessageType type, int64_t clock, std::sp
                   to_string(keys));
   s.answered[static_cast<size_t>(chunk)] = 1;
   min_version_ = std::min(min_version_, h.version());
-  if (h.type() != wire::MSG_PARAMS) return true;
+  if (h.type() != wire::MSG_PARAMS) return;
   const size_t bytes = count == 2 ? frames[1].size() : 0;
   if (h.payload_floats() != keys.size() ||
       bytes != static_cast<size_t>(keys.size()) * sizeof(float))
@@ -234,7 +274,6 @@ bool Client::take_reply(Shard& s, wire::MessageType type, int64_t clock, std::sp
                   " bytes");
   if (bytes > 0) std::memcpy(params.data() + keys.begin, frames[1].data(), bytes);
   counters_.payload_bytes_in += static_cast<int64_t>(bytes);
-  return true;
 }
 
 void Client::fail_protocol(const std::string& what) {

@@ -79,8 +79,20 @@ class Client {
              std::span<float> params, double timeout_s);
   void send_request(Shard& shard, wire::MessageType type, int64_t clock, KeyRange keys,
                     std::span<const float> grads);
-  // Takes one waiting reply; false if none was waiting.
-  bool take_reply(Shard& shard, wire::MessageType type, int64_t clock, std::span<float> params);
+  // A reply held by the emulated NIC until its modelled arrival.
+  struct InFlight {
+    size_t shard;
+    std::vector<zmq::message_t> frames;  // header, payload
+    size_t count;
+    wire::Header header;
+  };
+  enum class Took { kNothing, kHeld, kDone };
+  // Takes one waiting reply: handles it, or holds it for the emulated NIC.
+  Took take_reply(size_t shard, wire::MessageType type, int64_t clock, std::span<float> params);
+  void handle_reply(Shard& shard, std::vector<zmq::message_t>& frames, size_t count,
+                    const wire::Header& h, wire::MessageType type, int64_t clock,
+                    std::span<float> params);
+  std::string reply_context(const Shard& shard, wire::MessageType type, int64_t clock) const;
   [[noreturn]] void fail_protocol(const std::string& what);
   void teardown(const std::string& why);
   std::string who() const;
@@ -93,6 +105,7 @@ class Client {
   int64_t min_version_ = 0;
   PsCounters counters_;
   BorrowedFrames borrowed_;  // zero-copy payload frames of the current round
+  std::multimap<double, InFlight> in_flight_;  // by the server's egress end
   std::string broken_;       // why the client is unusable; "" while healthy
   bool closed_ = false;
 };

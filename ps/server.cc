@@ -58,11 +58,19 @@ void Server::run() {
   double last_valid = now_seconds();
   while (!done() && !stop_.load()) {
     zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-    const long ms = poll_millis(last_valid + options_.timeout_s, kPollSlice);
-    zmq::poll(&item, 1, std::chrono::milliseconds(ms));
+    long ms = poll_millis(last_valid + options_.timeout_s, kPollSlice);
     const int64_t before = counters_.messages_in.load(std::memory_order_relaxed);
+    if (const double next = deliver_in_flight(); next > 0) {
+      // Look for earlier senders' requests while the next one is on the wire;
+      // close to its arrival, wait for it (ZeroMQ's poll counts milliseconds).
+      const double left = next - now_seconds();
+      if (left < 2e-3) wait_until(next);
+      ms = std::min(ms, std::max(0L, static_cast<long>((left - 1e-3) * 1e3)));
+    }
+    zmq::poll(&item, 1, std::chrono::milliseconds(ms));
     while (!done() && receive_one()) {
     }
+    deliver_in_flight();
     const double now = now_seconds();
     if (counters_.messages_in.load(std::memory_order_relaxed) != before) last_valid = now;
     if (!done() && now - last_valid > options_.timeout_s) fail_timeout(now - last_valid);
@@ -113,9 +121,11 @@ void Server::handle(std::vector<zmq::message_t>& frames, size_t count) {
     const int chunk =
         validate_request(header, payload ? payload->size() : 0, layout_, options_.token);
     if (options_.nic && header.sent_at() > 0) {
-      // Emulated ingress: arrivals serialize on this NIC, in the order taken in.
+      // Emulated ingress: held until its modelled arrival (deliver_in_flight).
       const size_t bytes = frames[1].size() + (payload ? payload->size() : 0);
-      wait_until(options_.nic->arrive(bytes, header.sent_at()));
+      const double sent_at = header.sent_at();
+      in_flight_.emplace(sent_at, InFlight{std::move(frames), count, std::move(header), chunk, bytes});
+      return;
     }
     dispatch(identity, header, chunk, payload);
     counters_.messages_in.fetch_add(1, std::memory_order_relaxed);
@@ -124,6 +134,33 @@ void Server::handle(std::vector<zmq::message_t>& frames, size_t count) {
   } catch (const RequestError& e) {
     send_error(identity, parsed ? &header : nullptr, e.status(), e.what());
   }
+}
+
+double Server::deliver_in_flight() {
+  // The earliest sender first; once the wire could have delivered it
+  // (egress end + latency), its ingress slot is booked and it is handled.
+  // A request from an earlier sender that ZeroMQ hands over later still goes
+  // first, as long as it shows up before that moment.
+  while (!in_flight_.empty() && !done()) {
+    auto first = in_flight_.begin();
+    const double earliest = first->first + options_.nic->model().latency;
+    if (now_seconds() < earliest) return earliest;
+    InFlight m = std::move(first->second);
+    in_flight_.erase(first);
+    wait_until(options_.nic->arrive(m.bytes, m.header.sent_at()));
+    try {
+      dispatch(m.frames[0], m.header, m.chunk, m.count == 3 ? &m.frames[2] : nullptr);
+      counters_.messages_in.fetch_add(1, std::memory_order_relaxed);
+      counters_.header_in.fetch_add(static_cast<int64_t>(m.frames[1].size()),
+                                    std::memory_order_relaxed);
+    } catch (const RequestError& e) {
+      send_error(m.frames[0], &m.header, e.status(), e.what());
+    }
+    // Anything that arrived meanwhile competes for the next slot.
+    while (!done() && receive_one()) {
+    }
+  }
+  return 0;
 }
 
 void Server::dispatch(zmq::message_t& identity, const wire::Header& h, int chunk,

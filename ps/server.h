@@ -29,6 +29,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -105,8 +106,20 @@ class Server {
     int64_t clock;  // the step whose parameters are wanted
     KeyRange keys;
   };
+  // A validated request held by the emulated NIC until its modelled arrival.
+  struct InFlight {
+    std::vector<zmq::message_t> frames;  // identity, header, payload
+    size_t count;
+    wire::Header header;
+    int chunk;
+    size_t bytes;
+  };
   bool receive_one();  // false if no message was waiting
   void handle(std::vector<zmq::message_t>& frames, size_t count);
+  // Emulated ingress: delivers held requests in the order they left their
+  // senders (not the order ZeroMQ hands them over); returns the time the next
+  // one may arrive (0: none held).
+  double deliver_in_flight();
   void dispatch(zmq::message_t& identity, const wire::Header& h, int chunk,
                 zmq::message_t* payload);
   void pull(zmq::message_t& identity, const wire::Header& h, int chunk, int64_t clock,
@@ -132,6 +145,7 @@ class Server {
   zmq::socket_t socket_;
   std::string endpoint_;
   std::vector<Parked> parked_;
+  std::multimap<double, InFlight> in_flight_;  // by the sender's egress end
   std::string failure_;     // set when a departed worker made a pull impossible
   std::vector<char> told_;  // by worker: sent that failure
   std::atomic<bool> stop_{false};

@@ -8,14 +8,14 @@ seconds) until Linux's CPU pressure (/proc/pressure/cpu, "some avg10": the
 share of time runnable tasks waited for a core) is below --quiet percent;
 after it, it reads the pressure over the run from the same file and runs the
 point again (up to --tries times) when it exceeded --quiet, keeping the
-quietest run (the MLP, whose ranks compute on the cores, runs once). Each run directory gets cpu_pressure.txt; pp_report.py prints
+quietest run (the MLP and the GPT, whose ranks compute on the cores, runs once). Each run directory gets cpu_pressure.txt; pp_report.py prints
 it beside the bubble. Ends with pp_report.py.
 
     experiments/pp_measure.py [EXPERIMENT ...] [--quiet 10] [--tries 3] [--wait 600]
 
 EXPERIMENT names a yaml under experiments/ (pp_bubble_m, ...); default: all
 of pp_bubble_m pp_interleaved_m pp_bubble_p pp_interleaved_p pp_activation
-pp_mlp pp_mlp_p4 pp_timeline. Runs at nice -10 when allowed (root).
+pp_mlp pp_mlp_p4 pp_gpt pp_gpt_p4 pp_timeline. Runs at nice -10 when allowed (root).
 """
 
 import argparse
@@ -33,10 +33,10 @@ sys.path.insert(0, HERE)
 import run  # noqa: E402  (experiments/run.py: the sweep expansion and naming)
 
 EXPERIMENTS = ["pp_bubble_m", "pp_interleaved_m", "pp_bubble_p", "pp_interleaved_p",
-               "pp_activation", "pp_mlp", "pp_mlp_p4", "pp_timeline"]
+               "pp_activation", "pp_mlp", "pp_mlp_p4", "pp_gpt", "pp_gpt_p4", "pp_timeline"]
 # Their ranks compute on the cores themselves, so the pressure during the run
 # is mostly their own: one attempt, after waiting for quiet.
-COMPUTE_BOUND = {"pp_mlp", "pp_mlp_p4"}
+COMPUTE_BOUND = {"pp_mlp", "pp_mlp_p4", "pp_gpt", "pp_gpt_p4"}
 
 
 def stall_us():

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/errors.h"
+#include "core/ops.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "modelpar/pp/executor.h"
@@ -96,11 +97,27 @@ EvalStats evaluate_pipeline(PipelineStages& model, const StageLayout& layout, co
 }
 
 // The whole model in the serial arena's order: each stage's arena holds its
-// chunks in order; virtual stage u = c·p + s is chunk c of stage s.
-std::vector<float> gather_params(const ParamStore& store, const std::vector<int64_t>& chunk_floats,
-                                 const StageLayout& layout, Comm& pipeline) {
+// chunks in order; virtual stage u = c·p + s is chunk c of stage s. A tied
+// parameter's copy (the GPT's head on the last stage) is left out: the
+// serial model holds it once.
+std::vector<float> gather_params(ParamStore& store, const std::vector<std::pair<int, int>>& chunks,
+                                 const std::vector<TiedParam>& tied, const StageLayout& layout,
+                                 Comm& pipeline) {
+  std::vector<float> mine;
+  std::vector<int64_t> chunk_floats;
+  for (const auto& [begin, end] : chunks) {
+    const size_t before = mine.size();
+    for (int k = begin; k < end; ++k) {
+      const bool copy = std::any_of(tied.begin(), tied.end(),
+                                    [&](const TiedParam& t) { return t.copy && t.param == k; });
+      if (copy) continue;
+      const auto values = store.param(k).span();
+      mine.insert(mine.end(), values.begin(), values.end());
+    }
+    chunk_floats.push_back(static_cast<int64_t>(mine.size() - before));
+  }
   const auto sizes = pipeline.allgather_bytes(std::as_bytes(std::span<const int64_t>(chunk_floats)));
-  const auto arenas = pipeline.allgather_bytes(std::as_bytes(store.params()));
+  const auto arenas = pipeline.allgather_bytes(std::as_bytes(std::span<const float>(mine)));
   std::vector<float> out;
   for (int u = 0; u < layout.vstages(); ++u) {
     const int s = u % layout.stages, c = u / layout.stages;
@@ -111,6 +128,22 @@ std::vector<float> gather_params(const ParamStore& store, const std::vector<int6
     out.insert(out.end(), arena + first, arena + first + n[static_cast<size_t>(c)]);
   }
   return out;
+}
+
+// Megatron's embedding-group all-reduce: each tied parameter's gradient
+// becomes the sum of its two copies' on both ranks (a + b = b + a in IEEE
+// arithmetic, so both hold the same bits and take the same optimizer step).
+// Tags above every tag of a batch and of the evaluation (p2p.h).
+void reduce_tied_gradients(ParamStore& store, const std::vector<TiedParam>& tied,
+                           const StageLayout& layout, Comm& pipeline, std::vector<float>& scratch) {
+  const int tag0 = 2 * layout.vstages() * layout.microbatches + layout.vstages();
+  for (size_t k = 0; k < tied.size(); ++k) {
+    const std::span<float> grad = store.grad(tied[k].param).span();
+    scratch.resize(grad.size());
+    pipeline.sendrecv(tied[k].peer, std::span<const float>(grad), tied[k].peer,
+                      std::span<float>(scratch), tag0 + static_cast<int>(k));
+    ops::add_inplace(grad.data(), scratch.data(), static_cast<int64_t>(grad.size()));
+  }
 }
 
 }  // namespace
@@ -130,17 +163,17 @@ TrainResult train_pipeline(Comm& world, ProcessGrid& grid, const Config& config,
   // ---- this stage's chunks and parameters -------------------------------------
   std::unique_ptr<PipelineStages> model = make_pipeline_stages(config, *data.train, layout);
   ParamStore store;
-  std::vector<int64_t> chunk_floats;
+  std::vector<std::pair<int, int>> chunk_params;  // [chunk] its parameters' store indices
   for (int c = 0; c < layout.chunks; ++c) {
-    const size_t before = store.infos().size();
+    const int before = static_cast<int>(store.infos().size());
     model->declare(store, c);
-    int64_t floats = 0;
-    for (size_t k = before; k < store.infos().size(); ++k) floats += store.infos()[k].numel;
-    chunk_floats.push_back(floats);
+    chunk_params.emplace_back(before, static_cast<int>(store.infos().size()));
   }
   const auto seed = static_cast<uint64_t>(config.get_int("train.seed"));
   store.finalize(seed);
   model->bind(store);
+  const std::vector<TiedParam> tied = model->tied_params();
+  std::vector<float> tied_scratch;
 
   // ---- gradient synchronization over the replicas of this stage ---------------
   OptimizerOptions optimizer = optimizer_options(config);
@@ -188,6 +221,7 @@ TrainResult train_pipeline(Comm& world, ProcessGrid& grid, const Config& config,
     {
       ScopedTimer t(sync_s);
       Tracer::Scope span(tracer, "sync", "sync");
+      reduce_tied_gradients(store, tied, layout, pipeline, tied_scratch);
       sync.step(store.params(), store.grads());
     }
     meter.add(run, plan.total_steps == 1 || step > 0);
@@ -226,7 +260,7 @@ TrainResult train_pipeline(Comm& world, ProcessGrid& grid, const Config& config,
       pipeline.allgather_bytes(std::as_bytes(std::span<const double>(result.losses)));
   std::memcpy(result.losses.data(), losses.back().data(), result.losses.size() * sizeof(double));
   for (size_t k = 0; k < files.rows.size(); ++k) files.rows[k].loss = result.losses[k];
-  result.params = gather_params(store, chunk_floats, layout, pipeline);
+  result.params = gather_params(store, chunk_params, tied, layout, pipeline);
   result.steps = plan.total_steps;
   result.epochs = static_cast<double>(plan.total_steps) / plan.steps_per_epoch;
   result.wall_s = workers.allreduce_max(wall.seconds());

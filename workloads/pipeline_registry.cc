@@ -1,6 +1,7 @@
 // The registry of models with pipeline stages, and StageLayout's helpers.
 
 #include "core/errors.h"
+#include "workloads/gpt_stages.h"
 #include "workloads/mlp_stages.h"
 #include "workloads/pipeline_stages.h"
 #include "workloads/synthetic_stages.h"
@@ -11,6 +12,7 @@ namespace {
 // Adding a model to pipeline training: its stages in their own file, one line here.
 constexpr PipelineModelEntry kStageModels[] = {
     {"mlp", &mlp_layers, &make_mlp_stages},
+    {"gpt", &gpt_layers, &make_gpt_stages},
     {"synthetic_stages", &synthetic_layers, &make_synthetic_stages},
 };
 

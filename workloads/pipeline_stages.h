@@ -16,8 +16,14 @@
 // to virtual stage p·v − 1; the executor's measured costs, and the simulator
 // replaying them, see that extra work on those stages.
 //
-// Models: `mlp` (mlp_stages.cc) and `synthetic_stages` (synthetic_stages.cc),
-// one line each in pipeline_registry.cc.
+// Tied parameters: a parameter the serial model uses on two virtual stages
+// that sit on different ranks (the GPT's token embedding, also its LM head)
+// is held by both ranks, one of them holding a copy under the same name; the
+// trainer adds the two gradients on both ranks before the optimizer step,
+// so the copies stay equal, and leaves the copy out of the gathered model.
+//
+// Models: `mlp` (mlp_stages.cc), `gpt` (gpt_stages.cc) and `synthetic_stages`
+// (synthetic_stages.cc), one line each in pipeline_registry.cc.
 
 #include <cstdint>
 #include <memory>
@@ -49,6 +55,13 @@ struct StageLayout {
   std::pair<int, int> layer_range(int vstage) const;
 };
 
+// One rank's side of a tied parameter.
+struct TiedParam {
+  int param = -1;     // index in this rank's ParamStore
+  int peer = -1;      // the pipeline stage holding the other copy
+  bool copy = false;  // this side is the copy: not part of the gathered (serial) model
+};
+
 class PipelineStages : public pp::StageModel {
  public:
   virtual std::string name() const = 0;
@@ -64,6 +77,8 @@ class PipelineStages : public pp::StageModel {
   // After a batch: the mean loss over the local batch (Σ_i loss_i / m) on the
   // rank holding the last virtual stage; 0 on the others.
   virtual double batch_loss() const = 0;
+  // After bind(): this rank's tied parameters (see above); none by default.
+  virtual std::vector<TiedParam> tied_params() const { return {}; }
 
   // Evaluation: a forward of `batch` (any row count) through `chunk` without
   // stashing; x/y as in forward(). On the last virtual stage it returns the

@@ -47,6 +47,29 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(c.v) + "_d" + std::to_string(c.d);
     });
 
+// The GPT cut into stages, its tied head's gradient summed over MPI between
+// the first and the last stage: against the serial GPT after 6 steps.
+class MpiGptPipeline : public ::testing::TestWithParam<PipelineCase> {};
+
+TEST_P(MpiGptPipeline, EqualsTheSerialGpt) {
+  const PipelineCase c = GetParam();
+  ASSERT_EQ(c.p * c.d, world().size()) << "run with mpirun -np " << c.p * c.d;
+  const TrainResult parallel = train(world(), testing::pipeline_gpt_config(c));
+  MpiComm self(MPI_COMM_SELF);
+  const TrainResult serial = train(self, testing::pipeline_gpt_config({"", 1, 1, 1}));
+  EXPECT_LE(testing::relative_difference(serial.params, parallel.params), 1e-5)
+      << testing::describe(c) << " on rank " << world().rank();
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, MpiGptPipeline,
+                         ::testing::Values(PipelineCase{"1f1b", 4, 8, 1, 1},
+                                           PipelineCase{"zb_h1", 2, 4, 1, 2}),
+                         [](const auto& info) {
+                           const PipelineCase& c = info.param;
+                           return c.schedule + "_p" + std::to_string(c.p) + "_m" +
+                                  std::to_string(c.m) + "_d" + std::to_string(c.d);
+                         });
+
 }  // namespace
 }  // namespace psar
 

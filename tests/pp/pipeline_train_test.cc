@@ -6,7 +6,8 @@
 // model. Also with data parallelism beside (d = 2), Adam, an explicit uneven
 // layer split; the run files (pipeline.csv: measured peaks equal to the
 // simulator's; trace.json: the span kinds); and each invalid combination
-// rejected with a message naming it.
+// rejected with a message naming it. The same for the GPT cut into stages
+// (embeddings first, tied head and loss last) against the serial GPT.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -191,6 +192,108 @@ TEST_F(RunFilesTest, TraceHasEverySpanKind) {
   EXPECT_THAT(read(dir_ / "trace.json"), HasSubstr("\"cat\":\"backward\""));
 }
 
+// ---- the GPT cut into stages ------------------------------------------------
+// Embeddings on the first stage, blocks split over p·v chunks, LN_f + the
+// tied head + loss on the last, with a copy of wte there whose gradient is
+// summed with the embedding's before every step: after 6 steps the gathered
+// parameters equal the serial GPT's (‖Δθ‖/‖θ‖ ≤ 1e-5) for every schedule,
+// p ∈ {2, 4}, m ∈ {p, 2p}.
+
+const std::vector<float>& serial_gpt(const std::vector<std::string>& overrides = {}) {
+  static std::map<std::vector<std::string>, std::vector<float>> cache;
+  auto it = cache.find(overrides);
+  if (it == cache.end())
+    it = cache.emplace(overrides, train_inproc(1, testing::pipeline_gpt_config({"", 1, 1, 1},
+                                                                               overrides)))
+             .first;
+  return it->second;
+}
+
+class GptPipelineTraining : public ::testing::TestWithParam<PipelineCase> {
+ protected:
+  static void SetUpTestSuite() { ops::set_blas_threads(1); }
+};
+
+TEST_P(GptPipelineTraining, EqualsTheSerialGpt) {
+  const PipelineCase c = GetParam();
+  const auto parallel = train_inproc(c.p * c.d, testing::pipeline_gpt_config(c));
+  ASSERT_EQ(parallel.size(), serial_gpt().size());
+  EXPECT_LE(relative_difference(serial_gpt(), parallel), 1e-5) << testing::describe(c);
+}
+
+std::vector<PipelineCase> gpt_sweep() {
+  std::vector<PipelineCase> cases;
+  for (const char* kind : {"gpipe", "1f1b", "interleaved", "zb_h1"})
+    for (int p : {2, 4})
+      for (int m : {p, 2 * p})
+        cases.push_back({kind, p, m, std::string(kind) == "interleaved" ? 2 : 1, 1});
+  cases.push_back({"zb_h1", 2, 4, 1, 2});  // replicas beside: the sync after the tied sum
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, GptPipelineTraining, ::testing::ValuesIn(gpt_sweep()),
+                         [](const auto& info) {
+                           const PipelineCase& c = info.param;
+                           return c.schedule + "_p" + std::to_string(c.p) + "_m" +
+                                  std::to_string(c.m) + "_v" + std::to_string(c.v) + "_d" +
+                                  std::to_string(c.d);
+                         });
+
+// The tolerance tells the trained model from one step short of it.
+TEST(GptPipelineTraining, TheCheckCanFail) {
+  const auto short_run =
+      train_inproc(2, testing::pipeline_gpt_config({"1f1b", 2, 4, 1}, {"train.steps=5"}));
+  EXPECT_GT(relative_difference(serial_gpt(), short_run), 1e-3);
+}
+
+// Adam (whose per-element steps would amplify any drift between the two wte
+// copies) with an uneven split: embeddings and head on stages with fewer
+// blocks. eps = 1e-6: the attention's key bias has an exactly zero gradient
+// (softmax ignores a shift common to a row's scores), so what reaches it is
+// float noise of ~1e-10 that Adam at eps = 1e-8 turns into steps of ~lr/100
+// of arbitrary sign, in the serial model as much as in the pipeline.
+TEST(GptPipelineTraining, AdamAndAnUnevenSplit) {
+  const std::vector<std::string> adam{"optimizer.type=adam", "optimizer.lr=0.01",
+                                      "optimizer.eps=1e-6"};
+  std::vector<std::string> uneven = adam;
+  uneven.push_back("parallel.stage_layers=[1, 3, 3, 1]");
+  const auto parallel = train_inproc(4, testing::pipeline_gpt_config({"1f1b", 4, 8, 1}, uneven));
+  EXPECT_LE(relative_difference(serial_gpt(adam), parallel), 1e-5);
+}
+
+// Loss per step and the test evaluation through the stages match the serial GPT.
+TEST(GptPipelineTraining, LossAndEvaluationLikeTheSerialGpt) {
+  const TrainResult one = train_result(1, testing::pipeline_gpt_config({"", 1, 1, 1}));
+  const TrainResult pipe = train_result(4, testing::pipeline_gpt_config({"interleaved", 2, 4, 2, 2}));
+  ASSERT_GE(one.test_accuracy, 0);
+  EXPECT_NEAR(pipe.test_loss, one.test_loss, 1e-5 * one.test_loss);
+  EXPECT_EQ(pipe.test_accuracy, one.test_accuracy);
+  const TrainResult alone = train_result(4, testing::pipeline_gpt_config({"zb_h1", 4, 4, 1}));
+  ASSERT_EQ(alone.losses.size(), one.losses.size());
+  for (size_t k = 0; k < one.losses.size(); ++k)
+    EXPECT_NEAR(alone.losses[k], one.losses[k], 1e-5 * one.losses[k]) << "step " << k + 1;
+}
+
+// pipeline.csv for the GPT: the counted stash peaks equal the simulator's.
+TEST_F(RunFilesTest, GptPipelineCsvPeaksEqualThePrediction) {
+  train_inproc(2, testing::pipeline_gpt_config({"zb_h1", 2, 4, 1}, {"train.steps=2"}),
+               dir_.string());
+  std::istringstream csv(read(dir_ / "pipeline.csv"));
+  std::string line;
+  std::getline(csv, line);
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> f;
+    std::stringstream ls(line);
+    for (std::string x; std::getline(ls, x, ',');) f.push_back(x);
+    ASSERT_EQ(f.size(), 24u) << line;
+    EXPECT_EQ(f[15], f[16]) << "peak activations, measured vs simulated: " << line;
+    EXPECT_EQ(f[17], f[18]) << "peak bytes, counted vs predicted: " << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 3);
+}
+
 // ---- invalid combinations -----------------------------------------------------
 
 void expect_config_error(int ranks, const Config& cfg, const std::string& message) {
@@ -215,6 +318,11 @@ TEST(PipelineErrors, InterleavedNeedsAMultipleOfTheStages) {
 
 TEST(PipelineErrors, MoreVirtualStagesThanLayers) {
   expect_config_error(4, pipeline_mlp_config({"interleaved", 4, 4, 4}),
+                      "more virtual stages (p·v = 16) than model layers (8)");
+}
+
+TEST(PipelineErrors, GptMoreVirtualStagesThanBlocks) {
+  expect_config_error(4, testing::pipeline_gpt_config({"interleaved", 4, 4, 4}),
                       "more virtual stages (p·v = 16) than model layers (8)");
 }
 

@@ -77,9 +77,12 @@ def step_stats(run_dir, skip=3):
     steps = sorted(by_step)[skip:] or sorted(by_step)
     step_s = statistics.median(max(float(r["step_s"]) for r in by_step[s]) for s in steps)
     sync_s = statistics.median(max(float(r["sync_s"]) for r in by_step[s]) for s in steps)
+    # The rank that reaches the sync last waits for nobody: its sync time is
+    # the collective itself, the figure to set beside the alpha-beta model.
+    sync_last_s = statistics.median(min(float(r["sync_s"]) for r in by_step[s]) for s in steps)
     rank_bytes = statistics.median(
         max(int(r["bytes_sent"]) + int(r["bytes_recv"]) for r in by_step[s]) for s in steps)
-    return step_s, sync_s, rank_bytes, len(by_step)
+    return step_s, sync_s, sync_last_s, rank_bytes, len(by_step)
 
 
 def formula(method, n_workers, servers, n_bytes):
@@ -154,7 +157,7 @@ def scaling(exp, exp_path, out_root, binary, quick, dry_run):
                 if dry_run:
                     continue
                 run_dir = os.path.join(out_root, name)
-                step_s, sync_s, rank_bytes, steps = step_stats(run_dir)
+                step_s, sync_s, sync_last_s, rank_bytes, steps = step_stats(run_dir)
                 busiest = rank_bytes
                 if method == "ps":
                     shards = [(int(a), int(b)) for _, a, b in SHARD_LINE.findall(log)]
@@ -164,7 +167,8 @@ def scaling(exp, exp_path, out_root, binary, quick, dry_run):
                     M = param_count(run_dir)
                 rows.append({"network": net, "method": method, "servers": S or "",
                              "workers": N, "ranks": ranks, "step_ms": 1e3 * step_s,
-                             "sync_ms": 1e3 * sync_s, "busiest_bytes_per_step": int(busiest),
+                             "sync_ms": 1e3 * sync_s, "sync_last_ms": 1e3 * sync_last_s,
+                             "busiest_bytes_per_step": int(busiest),
                              "load1": round(load, 2)})
     if dry_run:
         return
@@ -187,21 +191,24 @@ def write_table(rows, out_root, stem, M):
     lines = [f"# PS vs allreduce: time per step and busiest endpoint (M = {M} parameters, "
              f"{4 * M / 2**20:.2f} MiB)", "",
              "Median over steps of the slowest rank; busiest endpoint = payload bytes in + out "
-             "per step (PS: the busiest server shard; allreduce: the busiest rank).", "",
+             "per step (PS: the busiest server shard; allreduce: the busiest rank). Sync: "
+             "the slowest rank's (it includes waiting for the others' compute); last in: "
+             "the sync time of the rank that arrived last, which waits for nobody — the "
+             "collective itself, set beside the prediction.", "",
              "Load: the host's 1-minute load average when the point started (2 cores; other "
              "jobs share them, so points with a high load are noisy).", "",
              "Predicted sync: the alpha-beta time of one synchronization of the 4·M gradient "
              "bytes under the emulated network (experiments/net_scaling.py: docs/algorithms.md "
              "for the allreduce algorithms; for the PS the busiest NIC's bytes plus the last "
              "chunk's replies); none without emulation.", "",
-             "| network | method | S | N | step (ms) | sync (ms) | predicted sync (ms) "
-             "| busiest endpoint (MB/step) | formula (MB/step) | load |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| network | method | S | N | step (ms) | sync (ms) | sync, last in (ms) "
+             "| predicted sync (ms) | busiest endpoint (MB/step) | formula (MB/step) | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         f = r["formula_bytes_per_step"]
         pred = "" if r.get("predicted_sync_ms", "") == "" else f"{float(r['predicted_sync_ms']):.1f}"
         lines.append(f"| {r['network']} | {r['method']} | {r['servers']} | {r['workers']} "
-                     f"| {r['step_ms']:.1f} | {r['sync_ms']:.1f} "
+                     f"| {r['step_ms']:.1f} | {r['sync_ms']:.1f} | {float(r['sync_last_ms']):.1f} "
                      f"| {pred} "
                      f"| {r['busiest_bytes_per_step'] / 1e6:.2f} "
                      f"| {'' if f == '' else f'{f / 1e6:.2f}'} | {r['load1']} |")
@@ -228,7 +235,7 @@ def plot_scaling(rows, path, M):
             rs.sort(key=lambda r: r["workers"])
             xs = [r["workers"] for r in rs]
             style = "-o" if label.startswith("ps") else "--s"
-            axes[i][0].plot(xs, [r["sync_ms"] for r in rs], style, label=label,
+            axes[i][0].plot(xs, [float(r["sync_last_ms"]) for r in rs], style, label=label,
                             color=color[label])
             pred = [(r["workers"], float(r["predicted_sync_ms"])) for r in rs
                     if r.get("predicted_sync_ms", "") != ""]
@@ -238,7 +245,7 @@ def plot_scaling(rows, path, M):
             if label != "mpi":
                 axes[i][1].plot(xs, [r["busiest_bytes_per_step"] / 1e6 for r in rs], style,
                                 label=label, color=color[label])
-        axes[i][0].set(title=f"sync time per step (network {net}; dotted: α-β)",
+        axes[i][0].set(title=f"sync per step, last rank in (network {net}; dotted: α-β)",
                        xlabel="workers N", ylabel="ms (median, slowest rank; log)", yscale="log")
         axes[i][1].set(title=f"busiest endpoint (M = {M})", xlabel="workers N",
                        ylabel="MB in + out per step")

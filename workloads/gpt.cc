@@ -241,8 +241,7 @@ void Gpt::write_run_files(const std::string& out_dir, Comm& workers) {
   write_file_atomic(out_dir + "/tp.csv", csv);
 }
 
-std::unique_ptr<Model> make_gpt(const Config& config, const Dataset& data,
-                                const ModelContext& context) {
+GptOptions gpt_options(const Config& config, const Dataset& data) {
   if (data.features() != 0)
     throw ConfigError(
         "model.type gpt needs a token dataset (data.dataset text or "
@@ -262,6 +261,12 @@ std::unique_ptr<Model> make_gpt(const Config& config, const Dataset& data,
   o.init_std = static_cast<float>(config.get_float("model.init_std"));
   o.split = parse_mlp_split(config.get_string("parallel.tp_split"));
   o.seed = static_cast<uint64_t>(config.get_int("train.seed"));
+  return o;
+}
+
+std::unique_ptr<Model> make_gpt(const Config& config, const Dataset& data,
+                                const ModelContext& context) {
+  const GptOptions o = gpt_options(config, data);
   return std::make_unique<Gpt>(o, context);
 }
 

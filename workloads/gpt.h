@@ -85,6 +85,10 @@ class Gpt final : public Model {
   std::vector<TpStepRow> rows_;
 };
 
+// The GPT's options from model.* (and parallel.tp_split, train.seed); a
+// ConfigError for a dataset without tokens or a vocabulary too small for it.
+GptOptions gpt_options(const Config& config, const Dataset& data);
+
 std::unique_ptr<Model> make_gpt(const Config& config, const Dataset& data,
                                 const ModelContext& context);
 

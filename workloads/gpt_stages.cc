@@ -428,24 +428,7 @@ int gpt_layers(const Config& config, const Dataset&) {
 // As make_gpt (gpt.cc), at t = 1.
 std::unique_ptr<PipelineStages> make_gpt_stages(const Config& config, const Dataset& data,
                                                 const StageLayout& layout) {
-  if (data.features() != 0)
-    throw ConfigError(
-        "model.type gpt needs a token dataset (data.dataset text or synthetic_tokens), not " +
-        config.get_string("data.dataset"));
-  GptOptions o;
-  const int64_t vocab = config.get_int("model.vocab");
-  if (vocab > 0 && vocab < data.classes())
-    throw ConfigError("model.vocab = " + std::to_string(vocab) + " is smaller than the " +
-                      std::to_string(data.classes()) + " distinct tokens of the data");
-  o.vocab = vocab > 0 ? vocab : data.classes();
-  o.seq_len = config.get_int("model.seq_len");
-  o.layers = config.get_int("model.layers");
-  o.d_model = config.get_int("model.d_model");
-  o.heads = config.get_int("model.heads");
-  o.dropout = static_cast<float>(config.get_float("model.dropout"));
-  o.init_std = static_cast<float>(config.get_float("model.init_std"));
-  o.split = parse_mlp_split(config.get_string("parallel.tp_split"));
-  o.seed = static_cast<uint64_t>(config.get_int("train.seed"));
+  const GptOptions o = gpt_options(config, data);
   return std::make_unique<GptStages>(o, layout);
 }
 

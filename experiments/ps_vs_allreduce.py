@@ -223,7 +223,7 @@ def plot_scaling(rows, path, M):
     import matplotlib.pyplot as plt
     labels = sorted({f"ps S={r['servers']}" if r["method"] == "ps" else r["method"] for r in rows})
     color = {label: plt.cm.tab10(i % 10) for i, label in enumerate(labels)}
-    nets = sorted({str(r["network"]) for r in rows})
+    nets = list(dict.fromkeys(str(r["network"]) for r in rows))  # in the experiment's order
     fig, axes = plt.subplots(len(nets), 2, figsize=(11, 4 * len(nets)), squeeze=False)
     for i, net in enumerate(nets):
         lines = defaultdict(list)
@@ -232,7 +232,9 @@ def plot_scaling(rows, path, M):
                 label = f"ps S={r['servers']}" if r["method"] == "ps" else r["method"]
                 lines[label].append(r)
         for label, rs in sorted(lines.items()):
-            rs.sort(key=lambda r: r["workers"])
+            # An allreduce over one rank moves nothing: no point on a log axis.
+            rs = sorted((r for r in rs if r["workers"] > 1 or label.startswith("ps")),
+                        key=lambda r: r["workers"])
             xs = [r["workers"] for r in rs]
             style = "-o" if label.startswith("ps") else "--s"
             axes[i][0].plot(xs, [float(r["sync_last_ms"]) for r in rs], style, label=label,
@@ -246,7 +248,7 @@ def plot_scaling(rows, path, M):
                 axes[i][1].plot(xs, [r["busiest_bytes_per_step"] / 1e6 for r in rs], style,
                                 label=label, color=color[label])
         axes[i][0].set(title=f"sync per step, last rank in (network {net}; dotted: α-β)",
-                       xlabel="workers N", ylabel="ms (median, slowest rank; log)", yscale="log")
+                       xlabel="workers N", ylabel="ms (median over steps; log)", yscale="log")
         axes[i][1].set(title=f"busiest endpoint (M = {M})", xlabel="workers N",
                        ylabel="MB in + out per step")
         for ax in axes[i]:

@@ -43,9 +43,11 @@ namespace psar::pp {
 struct ExecutorOptions {
   Tracer* tracer = nullptr;  // null or disabled: no spans
   // Sleep between tests of a pending receive or send: poll_min_s for the
-  // first poll_fast_s of a wait, then doubling up to poll_max_s.
+  // first poll_fast_s of a wait (long enough to cover waiting out a bubble of
+  // several actions, so an input is seen within tens of µs), then doubling up
+  // to poll_max_s (a peer stalled or far behind).
   double poll_min_s = 10e-6;
-  double poll_fast_s = 500e-6;
+  double poll_fast_s = 100e-3;
   double poll_max_s = 100e-6;
 };
 

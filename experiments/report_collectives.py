@@ -88,7 +88,7 @@ def machine_note(load_before, timed=True):
 
 def seed_formula(algo, p):
     """The lecture's formula, in units of M."""
-    return {"naive": p * p, "ring": 2 * p, "tree": 2 * p,
+    return {"naive": p * p, "ring": 2 * p, "tree": 2 * p, "ps": 2 * p,
             "butterfly": p * math.log2(p), "halving_doubling": 2 * p}.get(algo)
 
 
@@ -96,7 +96,7 @@ def exact_formula(algo, p):
     """The exact count psar asserts (tests/allreduce/bytes_test.cc), in units of M."""
     p2 = 1 << int(math.floor(math.log2(p)))
     e = p - p2
-    return {"naive": p * (p - 1), "ring": 2 * (p - 1), "tree": 2 * (p - 1),
+    return {"naive": p * (p - 1), "ring": 2 * (p - 1), "tree": 2 * (p - 1), "ps": 2 * p,
             "butterfly": p2 * math.log2(p2) + 2 * e, "halving_doubling": 2 * (p - 1)}.get(algo)
 
 
@@ -112,6 +112,15 @@ def report_volume(exp, psar, out):
                          f"sync.segment_bytes={bench.get('segment_bytes', '512K')}"])
         rows += read_csv(tmp)
         os.remove(tmp)
+    if bench.get("ps"):
+        # The parameter server with one shard: N workers + 1 server rank.
+        for p in bench["ranks"]:
+            tmp = os.path.join(out, f"volume_ps_n{p}.csv")
+            run(mpirun(p + 1) + [psar, "bench", "ps", "--servers", "1", "-b", str(size), "-e",
+                                 str(size), "-n", "1", "-w", "0", "--volume-csv", tmp, "--set",
+                                 f"ps.chunk_bytes={bench['ps'].get('chunk_bytes', '1M')}"])
+            rows += read_csv(tmp)
+            os.remove(tmp)
     with open(os.path.join(out, "volume.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
@@ -136,7 +145,8 @@ def volume_table(rows, note):
         total, busiest = int(r["bytes_sent_total"]) / M, int(r["bytes_sent_max_rank"]) / M
         exact, seed = exact_formula(algo, p), seed_formula(algo, p)
         mark = "" if exact is None or abs(total - exact) < 1e-9 else " **≠ exact**"
-        lines.append(f"| {algo} | {p} | {total:.4f}{mark} | {exact:g} | {seed:.3g} | "
+        name = "ps (S = 1; N workers + 1 server)" if algo == "ps" else algo
+        lines.append(f"| {name} | {p} | {total:.4f}{mark} | {exact:g} | {seed:.3g} | "
                      f"{busiest:.4f} | {r['messages_sent_total']} |")
     lines += ["",
               "Notes: the seed formulas count N where the exact counts have N−1 (a rank does "
@@ -144,8 +154,11 @@ def volume_table(rows, note):
               "the same total, but the ring spreads it evenly (busiest rank 2(N−1)/N·M) while a "
               "tree's inner rank moves up to 3M. Butterfly and halving-doubling at N = 3 fold "
               "one rank in and out (+2M in all; butterfly: N·M·log₂N holds for powers of two "
-              "only). The parameter server's row comes from `psar train --sync ps` runs "
-              "(steps.csv bytes columns) and is not part of this allreduce report.", "", note, ""]
+              "only). The parameter server (`psar bench ps --volume-csv`, one push_pull, payload "
+              "bytes of workers and shard together) moves 2·N·M — each worker pushes M and pulls "
+              "M — like the seed's count; unlike the ring, all of it passes through the one "
+              "shard (busiest rank N·M sent, as much received): the central bottleneck, which "
+              "S shards divide by S (results/ps_vs_allreduce/).", "", note, ""]
     return "\n".join(lines)
 
 

@@ -20,7 +20,11 @@
 //            else (--set ps.chunk_bytes=64M: one message per shard, unchunked).
 // bandwidth = 2·size / time in GB/s (1e9 B/s): the bytes one worker pushes and
 // pulls per second. CSV columns: mode,servers,workers,size,time_us,bandwidth.
-// Only rank 0 prints and writes the CSV.
+// --volume-csv adds one more push_pull per point, counted on its own: payload
+// bytes and messages sent by all workers and shards together and by the
+// busiest rank (REPRODUCE.md R1: N·M pushed, N·M pulled), in the columns of
+// `psar bench allreduce --volume-csv` (algo ps, or ps_s<S> for S > 1).
+// Only rank 0 prints and writes the CSVs.
 
 #include <algorithm>
 #include <cstdio>
@@ -49,12 +53,13 @@ struct BenchOptions {
   std::vector<int64_t> servers = {1, 2, 4};
   int64_t min_bytes = 4096, max_bytes = 64 << 20, factor = 2;
   int iters = 20, warmup = 5, rounds = 0;  // rounds 0: min(iters, 5)
-  std::string csv;
+  std::string csv, volume_csv;
 };
 
 constexpr const char* kUsage =
     "usage: psar bench ps [--servers 1,2,4] [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-n ITERS] "
-    "[-w WARMUP] [-r ROUNDS] [--csv FILE] [--set ps.KEY=VALUE] [--set optimizer.KEY=VALUE]";
+    "[-w WARMUP] [-r ROUNDS] [--csv FILE] [--volume-csv FILE] [--set ps.KEY=VALUE] "
+    "[--set optimizer.KEY=VALUE]";
 
 int64_t parse_int(const std::string& flag, const std::string& text, int64_t min) {
   return parse_int_arg("psar bench ps", flag, text, min);
@@ -90,6 +95,8 @@ BenchOptions parse(const std::vector<std::string>& args) {
       o.rounds = static_cast<int>(parse_int(flag, value, 1));
     else if (flag == "--csv")
       o.csv = value;
+    else if (flag == "--volume-csv")
+      o.volume_csv = value;
     else
       throw ConfigError("psar bench ps: unknown option '" + flag + "'\n" + kUsage);
   }
@@ -112,9 +119,16 @@ struct Timing {
   double ps_s = 0, raw_s = 0;
 };
 
+// Payload bytes and messages of one push_pull (REPRODUCE.md R1): every
+// worker pushes M and pulls M, the shards take in N·M and send N·M.
+struct Volume {
+  double sent_total = 0, sent_max_rank = 0, messages_total = 0;
+};
+
 // One (S, size) point: every rank of `world` takes part; worker 0 ends up
 // with the medians and passes them to everyone.
-Timing measure(Comm& world, const BenchOptions& o, const ps::PsOptions& po, int64_t count) {
+Timing measure(Comm& world, const BenchOptions& o, const ps::PsOptions& po, int64_t count,
+               Volume* volume) {
   const std::vector<float> initial(static_cast<size_t>(count), 0.0f);
   ps::PsRank me = ps::launch_ps(world, po, initial);
   const int S = po.servers;
@@ -128,10 +142,22 @@ Timing measure(Comm& world, const BenchOptions& o, const ps::PsOptions& po, int6
       },
       "echo server");
   Timing t;
+  // Every worker makes the same number of push_pulls: warm-up, timed, and
+  // with --volume-csv one more, counted on its own.
+  const int64_t calls = o.warmup + o.iters + (volume ? 1 : 0);
+  double sent = 0, messages = 0;  // this rank's share of one push_pull
   if (me.server) {
     ps::ServerThread shard(std::move(me.server));
     echo->run();
     shard.join();
+    // Besides the push_pulls, the shard acknowledged every worker's goodbye.
+    const ps::PsCounters c = shard.server().counters();
+    const int64_t replies = c.messages_out - me.workers;
+    PSAR_CHECK(c.payload_bytes_out % calls == 0 && replies % calls == 0,
+               "bench ps: a shard's counters (", c.payload_bytes_out, " B, ", replies,
+               " replies) do not divide into ", calls, " equal push_pulls");
+    sent = static_cast<double>(c.payload_bytes_out / calls);
+    messages = static_cast<double>(replies / calls);
   } else {
     Comm& workers = *me.worker_comm;
     std::vector<std::string> endpoints(echo_endpoints.begin(), echo_endpoints.begin() + S);
@@ -159,9 +185,19 @@ Timing measure(Comm& world, const BenchOptions& o, const ps::PsOptions& po, int6
         for (int64_t i = 0; i < iters; ++i) call(mode);
         times[mode].push_back(workers.allreduce_max((now_seconds() - start) / iters));
       }
+    if (volume) {
+      const ps::PsCounters before = me.client->counters();
+      call(0);
+      const ps::PsCounters after = me.client->counters();
+      sent = static_cast<double>(after.payload_bytes_out - before.payload_bytes_out);
+      messages = static_cast<double>(after.messages_out - before.messages_out);
+    }
     me.client->close();
     t = {median(times[0]), median(times[1])};
   }
+  if (volume)
+    *volume = {world.allreduce_sum(sent), world.allreduce_max(sent),
+               world.allreduce_sum(messages)};
   world.broadcast_bytes(std::as_writable_bytes(std::span<Timing>(&t, 1)), S);
   return t;
 }
@@ -200,6 +236,10 @@ int cmd_bench_ps(CliContext& ctx) {
                 "count", "ps(us)", "ps(GB/s)", "raw(us)", "raw(GB/s)", "raw/ps");
   }
   CsvWriter csv({"mode", "servers", "workers", "size", "time_us", "bandwidth"});
+  // The columns of `psar bench allreduce --volume-csv`, so that one report
+  // reads both; `ranks` counts the workers N (the S shards come on top).
+  CsvWriter volume_csv({"algo", "ranks", "size", "count", "bytes_sent_total",
+                        "bytes_sent_max_rank", "messages_sent_total"});
   int measured = 0;
   for (const int64_t S : o.servers) {
     if (S >= W) {
@@ -211,7 +251,14 @@ int cmd_bench_ps(CliContext& ctx) {
     po.servers = static_cast<int>(S);
     const int N = W - static_cast<int>(S);
     for (int64_t size = o.min_bytes; size <= o.max_bytes; size *= o.factor) {
-      const Timing t = measure(world, o, po, size / 4);
+      Volume v;
+      const Timing t = measure(world, o, po, size / 4, o.volume_csv.empty() ? nullptr : &v);
+      if (root && !o.volume_csv.empty())
+        volume_csv.row({S == 1 ? "ps" : "ps_s" + std::to_string(S), CsvWriter::num(N),
+                        CsvWriter::num(size), CsvWriter::num(size / 4),
+                        CsvWriter::num(static_cast<int64_t>(v.sent_total)),
+                        CsvWriter::num(static_cast<int64_t>(v.sent_max_rank)),
+                        CsvWriter::num(static_cast<int64_t>(v.messages_total))});
       const double ps_bw = 2.0 * size / t.ps_s / 1e9, raw_bw = 2.0 * size / t.raw_s / 1e9;
       if (root) {
         std::printf("  %7lld %7d %12lld %12lld %12.1f %10.3f %12.1f %10.3f %8.3f\n",
@@ -232,6 +279,7 @@ int cmd_bench_ps(CliContext& ctx) {
     throw ConfigError("psar bench ps: no --servers value leaves a worker among " +
                       std::to_string(W) + " ranks (run more ranks)");
   if (root && !o.csv.empty()) csv.write(o.csv);
+  if (root && !o.volume_csv.empty()) volume_csv.write(o.volume_csv);
   return 0;
 }
 

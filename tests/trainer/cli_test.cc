@@ -9,6 +9,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -146,6 +150,64 @@ TEST_F(Cli, AWorldSizeTheConfigCannotUseIsRejected) {
   EXPECT_NE(o.code, 0);
   EXPECT_THAT(o.output, HasSubstr("train.batch_size 16 is not divisible by 3 data-parallel ranks"));
   EXPECT_FALSE(fs::exists(out));
+}
+
+// The row of a --volume-csv file whose first column is `algo`, as column → value.
+std::map<std::string, std::string> csv_row(const fs::path& path, const std::string& algo) {
+  std::ifstream in(path);
+  std::string header, line;
+  std::getline(in, header);
+  auto split = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::stringstream ss(text);
+    for (std::string cell; std::getline(ss, cell, ',');) out.push_back(cell);
+    return out;
+  };
+  const auto names = split(header);
+  while (std::getline(in, line)) {
+    const auto cells = split(line);
+    if (cells.empty() || cells[0] != algo) continue;
+    std::map<std::string, std::string> row;
+    for (size_t i = 0; i < names.size() && i < cells.size(); ++i) row[names[i]] = cells[i];
+    return row;
+  }
+  ADD_FAILURE() << "no row '" << algo << "' in " << path;
+  return {};
+}
+
+// R1 of REPRODUCE.md through the benchmarks' --volume-csv: exact byte counts.
+TEST_F(Cli, BenchVolumeCsvsCountExactlyTheFormulaBytes) {
+  const std::string mpirun = std::string(PSAR_MPIRUN) + " --allow-run-as-root --oversubscribe -np 3 ";
+  // Two workers and one shard; M = 256 KiB in 64 KiB chunks (4 per push, 4 per pull).
+  const fs::path ps = dir_ / "ps.csv";
+  Outcome o = run(mpirun + PSAR_BIN + " bench ps --servers 1 -b 256K -e 256K -n 1 -w 0 "
+                  "--set ps.chunk_bytes=64K --volume-csv " + ps.string());
+  ASSERT_EQ(o.code, 0) << o.output;
+  auto row = csv_row(ps, "ps");
+  EXPECT_EQ(row["ranks"], "2");
+  EXPECT_EQ(row["bytes_sent_total"], std::to_string(2 * 2 * 262144));   // 2·N·M
+  EXPECT_EQ(row["bytes_sent_max_rank"], std::to_string(2 * 262144));    // the shard: N·M
+  EXPECT_EQ(row["messages_sent_total"], std::to_string(2 * 2 * 4));     // N·chunks each way
+  // Three ranks, M = 12 KiB: ring 2(N−1)·M, naive N(N−1)·M.
+  const fs::path ar = dir_ / "ar.csv";
+  o = run(mpirun + PSAR_BIN + " bench allreduce --algos ring,naive -b 12K -e 12K -n 1 -w 0 "
+          "--volume-csv " + ar.string());
+  ASSERT_EQ(o.code, 0) << o.output;
+  EXPECT_EQ(csv_row(ar, "ring")["bytes_sent_total"], std::to_string(2 * 2 * 12288));
+  EXPECT_EQ(csv_row(ar, "naive")["bytes_sent_total"], std::to_string(3 * 2 * 12288));
+  EXPECT_EQ(csv_row(ar, "naive")["bytes_sent_max_rank"], std::to_string(2 * 12288));
+}
+
+TEST_F(Cli, BenchPsRejectsWhatItCannotRun) {
+  Outcome o = run(std::string(PSAR_BIN) + " bench ps --servers 1");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("no --servers value leaves a worker among 1 ranks"));
+  o = run(std::string(PSAR_BIN) + " bench ps -b 6");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("-b must be a positive multiple of 4 bytes"));
+  o = run(std::string(PSAR_BIN) + " bench ps --volume-csv");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("--volume-csv needs a value"));
 }
 
 TEST_F(Cli, UnknownCommandAndMissingSetValue) {

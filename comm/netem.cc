@@ -45,7 +45,7 @@ double Nic::arrive(size_t bytes, double egress_end) {
   if (transfer <= 0) return earliest;  // nothing occupies the ingress
   // First fit: the earliest window [start, start + transfer] with start ≥
   // earliest − transfer that overlaps no busy interval.
-  double start = earliest - transfer;
+  double start = std::max(earliest - transfer, ingress_floor_);
   auto it = ingress_busy_.upper_bound(start);
   if (it != ingress_busy_.begin() && std::prev(it)->second > start) --it;
   for (; it != ingress_busy_.end() && it->first < start + transfer; ++it)
@@ -67,10 +67,14 @@ double Nic::arrive(size_t bytes, double egress_end) {
     next = ingress_busy_.erase(next);
   }
   ingress_busy_.emplace(lo, hi);
-  // Keep the history bounded: a receive completed more than a few thousand
-  // idle gaps late is modelled as if those gaps were taken.
+  // Keep the history bounded: forgetting the oldest interval, count all time
+  // before its end as taken, so a receive completed thousands of gaps late
+  // lands after it instead of in time that was busy.
   constexpr size_t kMaxIntervals = 4096;
-  while (ingress_busy_.size() > kMaxIntervals) ingress_busy_.erase(ingress_busy_.begin());
+  while (ingress_busy_.size() > kMaxIntervals) {
+    ingress_floor_ = std::max(ingress_floor_, ingress_busy_.begin()->second);
+    ingress_busy_.erase(ingress_busy_.begin());
+  }
   return end;
 }
 

@@ -58,6 +58,7 @@ class Nic {
   std::mutex mu_;
   double egress_free_ = 0;
   std::map<double, double> ingress_busy_;  // start -> end, disjoint, merged when touching
+  double ingress_floor_ = 0;               // before it, all counts as busy (forgotten)
 };
 
 // Blocks until the shared monotonic clock reads `when`: sleeps for the bulk,

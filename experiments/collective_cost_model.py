@@ -47,7 +47,8 @@ def cost_terms(algo, p, n, segment):
     if algo == "tree":
         # Each phase (reduce, then broadcast) is bound by the root's link: k·S
         # segments through it, after a fill of two segment times per level of
-        # two-child inner nodes below the root's children (docs/algorithms.md).
+        # two-child inner nodes below the root's children (docs/algorithms.md;
+        # exact for N a power of two, an approximation of the fill otherwise).
         D, S, k = int(math.floor(math.log2(p))), max(1, math.ceil(n / segment)), min(2, p - 1)
         fill = 2 * max(0, D - 2)
         return 2 * (D + S - 1), 2 * (k * S + fill) * n / S, (k * S + fill) * n / S

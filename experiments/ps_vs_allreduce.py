@@ -39,6 +39,7 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import ROOT, mpirun_prefix, psar_binary  # noqa: E402
+from collective_cost_model import parse_bytes  # noqa: E402
 from net_scaling import parse_bandwidth, parse_seconds, predict_allreduce, predict_ps  # noqa: E402
 
 SHARD_LINE = re.compile(r"shard (\d+) served: payload_bytes_in=(\d+) payload_bytes_out=(\d+)")
@@ -120,9 +121,9 @@ def predicted_sync(net, method, N, S, n_bytes, exp):
     bandwidth, _, latency = net.partition("@")
     B, alpha = parse_bandwidth(bandwidth), parse_seconds(latency)
     if method == "ps":
-        chunk = 1 << 20  # ps.chunk_bytes default
+        chunk = parse_bytes(exp.get("ps", {}).get("chunk_bytes", "1M"))  # schema default 1M
         return predict_ps(N, S, n_bytes, B, alpha, chunk)
-    segment = 512 << 10  # sync.segment_bytes default
+    segment = parse_bytes(exp.get("sync", {}).get("segment_bytes", "512K"))  # default 512K
     return predict_allreduce(method, N, n_bytes, B, alpha, segment)
 
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -149,7 +150,7 @@ void Client::round(wire::MessageType type, int64_t clock, std::span<const float>
   while (busy > 0) {
     long ms = poll_millis(deadline, kPollSlice);
     if (const double next = deliver(); next > 0) {
-      const double left = next - now_seconds();
+      const double left = std::min(next - now_seconds(), kPollSlice);
       if (left < 2e-3) wait_until(next);  // ZeroMQ's poll counts milliseconds
       ms = std::min(ms, std::max(0L, static_cast<long>((left - 1e-3) * 1e3)));
     }
@@ -233,6 +234,9 @@ Client::Took Client::take_reply(size_t index, wire::MessageType type, int64_t cl
   counters_.header_bytes_in += static_cast<int64_t>(frames[0].size());
   if (options_.nic && h.sent_at() > 0) {  // on the emulated wire until it arrives
     const double sent_at = h.sent_at();
+    if (!std::isfinite(sent_at))
+      fail_protocol(reply_context(s, type, clock) + " sent a reply with departure time " +
+                    std::to_string(sent_at));
     in_flight_.emplace(sent_at, InFlight{index, std::move(frames), count, std::move(h)});
     return Took::kHeld;
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "core/log.h"
@@ -63,7 +64,7 @@ void Server::run() {
     if (const double next = deliver_in_flight(); next > 0) {
       // Look for earlier senders' requests while the next one is on the wire;
       // close to its arrival, wait for it (ZeroMQ's poll counts milliseconds).
-      const double left = next - now_seconds();
+      const double left = std::min(next - now_seconds(), kPollSlice);
       if (left < 2e-3) wait_until(next);
       ms = std::min(ms, std::max(0L, static_cast<long>((left - 1e-3) * 1e3)));
     }
@@ -124,6 +125,12 @@ void Server::handle(std::vector<zmq::message_t>& frames, size_t count) {
       // Emulated ingress: held until its modelled arrival (deliver_in_flight).
       const size_t bytes = frames[1].size() + (payload ? payload->size() : 0);
       const double sent_at = header.sent_at();
+      // A departure beyond the timeout would hold the request past the point
+      // where the job fails anyway (and an infinite one forever).
+      if (!std::isfinite(sent_at) || sent_at > now_seconds() + options_.timeout_s)
+        throw RequestError(wire::STATUS_MALFORMED_HEADER,
+                           "sent_at " + std::to_string(sent_at) +
+                               " is not a departure time within ps.timeout of now");
       in_flight_.emplace(sent_at, InFlight{std::move(frames), count, std::move(header), chunk, bytes});
       return;
     }
@@ -141,7 +148,7 @@ double Server::deliver_in_flight() {
   // (egress end + latency), its ingress slot is booked and it is handled.
   // A request from an earlier sender that ZeroMQ hands over later still goes
   // first, as long as it shows up before that moment.
-  while (!in_flight_.empty() && !done()) {
+  while (!in_flight_.empty() && !done() && !stop_.load()) {
     auto first = in_flight_.begin();
     const double earliest = first->first + options_.nic->model().latency;
     if (now_seconds() < earliest) return earliest;

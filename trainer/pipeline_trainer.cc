@@ -130,19 +130,60 @@ std::vector<float> gather_params(ParamStore& store, const std::vector<std::pair<
   return out;
 }
 
+// Tags of the tied parameters' exchanges: above every tag of a batch and of
+// the evaluation (p2p.h), two per tied parameter.
+int tied_tag(const StageLayout& layout, size_t k, int which) {
+  return 2 * layout.vstages() * layout.microbatches + layout.vstages() + 2 * static_cast<int>(k) +
+         which;
+}
+
 // Megatron's embedding-group all-reduce: each tied parameter's gradient
 // becomes the sum of its two copies' on both ranks (a + b = b + a in IEEE
-// arithmetic, so both hold the same bits and take the same optimizer step).
-// Tags above every tag of a batch and of the evaluation (p2p.h).
+// arithmetic, so both hold the same bits).
 void reduce_tied_gradients(ParamStore& store, const std::vector<TiedParam>& tied,
                            const StageLayout& layout, Comm& pipeline, std::vector<float>& scratch) {
-  const int tag0 = 2 * layout.vstages() * layout.microbatches + layout.vstages();
   for (size_t k = 0; k < tied.size(); ++k) {
     const std::span<float> grad = store.grad(tied[k].param).span();
     scratch.resize(grad.size());
     pipeline.sendrecv(tied[k].peer, std::span<const float>(grad), tied[k].peer,
-                      std::span<float>(scratch), tag0 + static_cast<int>(k));
+                      std::span<float>(scratch), tied_tag(layout, k, 0));
     ops::add_inplace(grad.data(), scratch.data(), static_cast<int64_t>(grad.size()));
+  }
+}
+
+// After the step, the owner's values overwrite the copy's. Both took a step
+// on the same summed gradient, but the data-parallel reduction adds the
+// replicas' gradients in an order that depends on where a value sits in the
+// rank's arena (the ring starts each chunk at a different rank), and the two
+// copies sit at different places: with three or more replicas the two sums
+// can round differently, and the copies would drift apart.
+void share_tied_params(ParamStore& store, const std::vector<TiedParam>& tied,
+                       const StageLayout& layout, Comm& pipeline) {
+  for (size_t k = 0; k < tied.size(); ++k) {
+    const std::span<float> values = store.param(tied[k].param).span();
+    if (tied[k].copy)
+      pipeline.recv(tied[k].peer, values, tied_tag(layout, k, 1));
+    else
+      pipeline.send(tied[k].peer, std::span<const float>(values), tied_tag(layout, k, 1));
+  }
+}
+
+// At the end of a run: the two copies of every tied parameter hold the same
+// bits (the gathered model keeps only the owner's).
+void check_tied_params(ParamStore& store, const std::vector<TiedParam>& tied,
+                       const StageLayout& layout, Comm& pipeline, std::vector<float>& scratch) {
+  for (size_t k = 0; k < tied.size(); ++k) {
+    const std::span<float> values = store.param(tied[k].param).span();
+    if (tied[k].copy) {
+      pipeline.send(tied[k].peer, std::span<const float>(values), tied_tag(layout, k, 0));
+      continue;
+    }
+    scratch.resize(values.size());
+    pipeline.recv(tied[k].peer, std::span<float>(scratch), tied_tag(layout, k, 0));
+    PSAR_CHECK(std::memcmp(scratch.data(), values.data(), values.size() * sizeof(float)) == 0,
+               "tied parameter ", store.infos()[static_cast<size_t>(tied[k].param)].name,
+               ": the copy on pipeline stage ", tied[k].peer, " differs from stage ",
+               layout.stage, "'s");
   }
 }
 
@@ -223,6 +264,7 @@ TrainResult train_pipeline(Comm& world, ProcessGrid& grid, const Config& config,
       Tracer::Scope span(tracer, "sync", "sync");
       reduce_tied_gradients(store, tied, layout, pipeline, tied_scratch);
       sync.step(store.params(), store.grads());
+      share_tied_params(store, tied, layout, pipeline);
     }
     meter.add(run, plan.total_steps == 1 || step > 0);
     const CommCounters pipe1 = pipeline.counters(), sync1 = sync.counters();
@@ -260,6 +302,7 @@ TrainResult train_pipeline(Comm& world, ProcessGrid& grid, const Config& config,
       pipeline.allgather_bytes(std::as_bytes(std::span<const double>(result.losses)));
   std::memcpy(result.losses.data(), losses.back().data(), result.losses.size() * sizeof(double));
   for (size_t k = 0; k < files.rows.size(); ++k) files.rows[k].loss = result.losses[k];
+  check_tied_params(store, tied, layout, pipeline, tied_scratch);
   result.params = gather_params(store, chunk_params, tied, layout, pipeline);
   result.steps = plan.total_steps;
   result.epochs = static_cast<double>(plan.total_steps) / plan.steps_per_epoch;

@@ -6,9 +6,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <thread>
 
 #include "core/errors.h"
+#include "core/timer.h"
 #include "ps/zmq_util.h"
 #include "tests/ps/ps_test_util.h"
 
@@ -230,6 +232,39 @@ TEST_P(HostileRequest, GetsAnErrorReplyIsCountedAndTheJobStillTrainsCorrectly) {
 
 INSTANTIATE_TEST_SUITE_P(Kinds, HostileRequest, ::testing::ValuesIn(kHostile),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Under network emulation a request carries its departure time; one that is
+// not finite or lies beyond the timeout would be held forever: rejected, and
+// the workers still train correctly.
+TEST(HostileRequest, DepartureTimesBeyondTheTimeoutAreRejected) {
+  NetModel net;
+  net.bandwidth = 1e9;
+  net.latency = 10e-6;
+  const auto init = initial_params(kSize);
+  LocalJob job(init, 1, kWorkers, testing::server_options(), net);
+  Server& server = job.servers[0]->server();
+  Attacker attacker(job.addresses[0].endpoint);
+  for (const double sent_at : {std::numeric_limits<double>::infinity(), now_seconds() + 1e6}) {
+    const wire::Header reply = attacker.exchange(with(
+        wire::MSG_PUSH, [&](auto& h) { h.set_sent_at(sent_at); }, floats(kSize)));
+    EXPECT_EQ(reply.type(), wire::MSG_ERROR);
+    EXPECT_EQ(reply.status(), wire::STATUS_MALFORMED_HEADER) << reply.error();
+  }
+  EXPECT_EQ(server.rejected(wire::STATUS_MALFORMED_HEADER), 2);
+  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> finals(kWorkers);
+  for (int w = 0; w < kWorkers; ++w)
+    threads.emplace_back([&, w] {
+      Client client(job.client(w));
+      std::vector<float> params = init;
+      for (int64_t t = 0; t < 2; ++t) client.push_pull(make_grad(w, t, kSize), params);
+      finals[w] = params;
+    });
+  for (auto& t : threads) t.join();
+  job.join();
+  const auto ref = reference_bsp(init, kWorkers, 2, testing::sgd());
+  for (int w = 0; w < kWorkers; ++w) EXPECT_LT(relative_error(finals[w], ref), 1e-6);
+}
 
 // With chunks, a push must cover exactly one chunk and a pull stay inside one.
 TEST(HostileRequest, KeyRangesAcrossChunkBoundariesAreRejected) {

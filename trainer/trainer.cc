@@ -98,10 +98,9 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
 
   // ---- the loop --------------------------------------------------------------
   Tracer tracer(config.get_bool("train.trace"));
-  if (tracer.enabled()) {
-    workers.barrier();
-    tracer.set_origin(now_seconds());
-  }
+  // One origin for every rank's track: the host clock is shared, a barrier's
+  // exit is not simultaneous (as in the pipeline trainer).
+  if (tracer.enabled()) tracer.set_origin(workers.allreduce_max(now_seconds()));
   RunFiles files{options.out_dir, sync.name(), network.describe()};
   files.rows.reserve(static_cast<size_t>(total_steps));
   Batch batch;

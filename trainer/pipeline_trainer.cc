@@ -51,7 +51,9 @@ PipelinePlan plan_pipeline(const Config& config, const Dataset& train, ProcessGr
   plan.layout.chunks = v;
   plan.layout.stage = grid.coord().pp;
   plan.layout.microbatches = m;
-  plan.layout.layers = pp::partition_layers(layers, p, v, counts);
+  const pp::EndCosts ends{config.get_bool("parallel.account_embedding") ? 1 : 0,
+                          config.get_bool("parallel.account_head") ? 1 : 0};
+  plan.layout.layers = pp::partition_layers(layers, p, v, counts, ends);
   if (steps.batch_size % (static_cast<int64_t>(d) * m) != 0)
     throw ConfigError(concat("train.batch_size ", steps.batch_size, " is not divisible by d·m = ",
                              d, "·", m, " = ", d * m, " (", d,

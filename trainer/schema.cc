@@ -71,6 +71,8 @@ Schema build() {
   s.add({"parallel.schedule", T::kString, "1f1b", "pipeline schedule", {"gpipe", "1f1b", "interleaved", "zb_h1"}});
   s.add({"parallel.chunks", T::kInt, "1", "virtual chunks per stage v (interleaved)"});
   s.add({"parallel.stage_layers", T::kIntList, "", "explicit layer count per virtual stage (p·v entries; p when chunks = 1)"});
+  s.add({"parallel.account_embedding", T::kBool, "false", "even layer split: count the first stage's embedding as one layer (Megatron's account-for-embedding)"});
+  s.add({"parallel.account_head", T::kBool, "false", "even layer split: count the last stage's head and loss as one layer (Megatron's account-for-loss)"});
   s.add({"parallel.tp_allreduce", T::kString, "ring", "allreduce algorithm of tensor-parallel all-reduces"});
   s.add({"parallel.tp_split", T::kString, "column_row", "parallel MLP split", {"column_row", "row_column"}});
 

@@ -138,6 +138,16 @@ TEST(Partition, SplitsEvenlyWithTheRemainderOnTheFirstVirtualStages) {
   EXPECT_THAT(partition_layers(8, 4, 1), ElementsAre(2, 2, 2, 2));
   EXPECT_THAT(partition_layers(10, 2, 2), ElementsAre(3, 3, 2, 2));
   EXPECT_THAT(layer_offsets(partition_layers(10, 2, 2)), ElementsAre(0, 3, 6, 8, 10));
+  // Embedding and head counted as layers: 8 + 2 spread as 3 3 2 2, then the
+  // first stage gives one to the embedding and the last one to the head.
+  EXPECT_THAT(partition_layers(8, 4, 1, {}, {1, 1}), ElementsAre(2, 3, 2, 1));
+  EXPECT_THAT(partition_layers(6, 2, 1, {}, {1, 0}), ElementsAre(3, 3));
+  EXPECT_THAT(partition_layers(7, 2, 2, {}, {0, 1}), ElementsAre(2, 2, 2, 1));
+  EXPECT_THAT([] { partition_layers(3, 3, 1, {}, {1, 1}); },
+              ThrowsMessage<ConfigError>(HasSubstr("leaves virtual stage 2 of 3 with 0")));
+  const std::vector<int64_t> explicit_counts{2, 2};
+  EXPECT_THAT([&] { partition_layers(4, 2, 1, explicit_counts, {1, 0}); },
+              ThrowsMessage<ConfigError>(HasSubstr("does not combine")));
 }
 
 TEST(Partition, TakesExplicitCountsPerVirtualStage) {

@@ -251,6 +251,16 @@ TEST(GptPipelineTraining, ThreeReplicasKeepTheTiedCopiesBitIdentical) {
   EXPECT_LE(relative_difference(serial_gpt(batch24), parallel), 1e-5);
 }
 
+// Embedding and head counted as layers in the even split (8 blocks over 4
+// stages: 2 3 2 1): the same model, the blocks placed differently.
+TEST(GptPipelineTraining, EndsCountedAsLayersInTheSplit) {
+  const auto parallel = train_inproc(
+      4, testing::pipeline_gpt_config({"1f1b", 4, 4, 1},
+                                      {"parallel.account_embedding=true", "parallel.account_head=true"}));
+  ASSERT_EQ(parallel.size(), serial_gpt().size());
+  EXPECT_LE(relative_difference(serial_gpt(), parallel), 1e-5);
+}
+
 // The tolerance tells the trained model from one step short of it.
 TEST(GptPipelineTraining, TheCheckCanFail) {
   const auto short_run =

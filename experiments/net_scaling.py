@@ -78,7 +78,8 @@ def busiest_sent(algo, N, n):
     if algo == "naive":
         return (N - 1) * n
     if algo in ("ring", "halving_doubling"):
-        return None  # exact per-rank counts depend on chunk rounding; formula below
+        # 2n less two chunks' sizes: 2(N-1)/N·n when the floats divide into N chunks.
+        return 2 * (N - 1) * n // N if (n // 4) % N == 0 else None
     if algo == "tree":
         children = [sum(1 for c in (2 * r + 1, 2 * r + 2) if c < N) for r in range(N)]
         return max((c + (1 if r > 0 else 0)) * n for r, c in enumerate(children))
@@ -262,8 +263,6 @@ def table_report(exp, rows, note):
             for a in exp["allreduce"]["algos"]:
                 r = at.get(a)
                 exact = busiest_sent(a, n, size)
-                if exact is None and a in ("ring", "halving_doubling"):
-                    exact = 2 * (n - 1) * size // n  # size divides by n here: exact
                 mark = "" if r is None or exact is None or r["sent_max"] == exact else " (≠ exact!)"
                 cells.append(f"{r['sent_max']:,}{mark}" if r else "")
             lines.append(f"| {net['name']} | {n} | " + " | ".join(cells) + " |")

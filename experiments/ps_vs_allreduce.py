@@ -39,15 +39,10 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import ROOT, mpirun_prefix, psar_binary  # noqa: E402
-from collective_cost_model import parse_bytes  # noqa: E402
+from collective_cost_model import parse_bytes, read_csv  # noqa: E402
 from net_scaling import parse_bandwidth, parse_seconds, predict_allreduce, predict_ps  # noqa: E402
 
 SHARD_LINE = re.compile(r"shard (\d+) served: payload_bytes_in=(\d+) payload_bytes_out=(\d+)")
-
-
-def read_csv(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
 
 
 def run_point(binary, exp_path, out, ranks, sets, dry_run):

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "core/log.h"
 #include "core/timer.h"
@@ -27,7 +28,8 @@ wire::MessageType expected_reply(wire::MessageType request) {
 
 }  // namespace
 
-Client::Client(const ClientOptions& options) : options_(options) {
+Client::Client(const ClientOptions& options)
+    : options_(options), in_flight_(options.nic.get()) {
   PSAR_CHECK(!options.shards.empty(), "ps client: no shards");
   int64_t next = 0;
   for (const auto& a : options.shards) {
@@ -134,26 +136,15 @@ void Client::round(wire::MessageType type, int64_t clock, std::span<const float>
   // Emulated ingress: replies from every shard in the order they left their
   // servers, each once the wire could have delivered it (egress end + latency).
   auto deliver = [&]() -> double {
-    while (!in_flight_.empty()) {
-      auto first = in_flight_.begin();
-      const double earliest = first->first + options_.nic->model().latency;
-      if (now_seconds() < earliest) return earliest;
-      InFlight m = std::move(first->second);
-      in_flight_.erase(first);
-      const size_t bytes = m.frames[0].size() + (m.count == 2 ? m.frames[1].size() : 0);
-      wait_until(options_.nic->arrive(bytes, m.header.sent_at()));
-      handle_reply(shards_[m.shard], m.frames, m.count, m.header, type, clock, params);
-      answered(m.shard);
+    double next = 0;
+    while (std::optional<Reply> r = in_flight_.release(next)) {
+      handle_reply(shards_[r->shard], r->frames, r->count, r->header, type, clock, params);
+      answered(r->shard);
     }
-    return 0;
+    return next;
   };
   while (busy > 0) {
-    long ms = poll_millis(deadline, kPollSlice);
-    if (const double next = deliver(); next > 0) {
-      const double left = std::min(next - now_seconds(), kPollSlice);
-      if (left < 2e-3) wait_until(next);  // ZeroMQ's poll counts milliseconds
-      ms = std::min(ms, std::max(0L, static_cast<long>((left - 1e-3) * 1e3)));
-    }
+    const long ms = poll_millis_before(deliver(), poll_millis(deadline, kPollSlice));
     if (busy == 0) break;
     zmq::poll(items.data(), items.size(), std::chrono::milliseconds(ms));
     for (size_t i = 0; i < items.size(); ++i) {
@@ -237,7 +228,8 @@ Client::Took Client::take_reply(size_t index, wire::MessageType type, int64_t cl
     if (!std::isfinite(sent_at))
       fail_protocol(reply_context(s, type, clock) + " sent a reply with departure time " +
                     std::to_string(sent_at));
-    in_flight_.emplace(sent_at, InFlight{index, std::move(frames), count, std::move(h)});
+    const size_t bytes = frames[0].size() + (count == 2 ? frames[1].size() : 0);
+    in_flight_.hold(sent_at, bytes, Reply{index, std::move(frames), count, std::move(h)});
     return Took::kHeld;
   }
   handle_reply(s, frames, count, h, type, clock, params);

@@ -24,6 +24,7 @@
 #include <zmq.hpp>
 
 #include "comm/netem.h"
+#include "ps/on_the_wire.h"
 #include "ps/server.h"
 #include "ps/sharding.h"
 #include "ps/wire.h"
@@ -79,10 +80,10 @@ class Client {
              std::span<float> params, double timeout_s);
   void send_request(Shard& shard, wire::MessageType type, int64_t clock, KeyRange keys,
                     std::span<const float> grads);
-  // A reply held by the emulated NIC until its modelled arrival.
-  struct InFlight {
+  // A reply from shards_[shard]: its frames (header, payload).
+  struct Reply {
     size_t shard;
-    std::vector<zmq::message_t> frames;  // header, payload
+    std::vector<zmq::message_t> frames;
     size_t count;
     wire::Header header;
   };
@@ -105,7 +106,7 @@ class Client {
   int64_t min_version_ = 0;
   PsCounters counters_;
   BorrowedFrames borrowed_;  // zero-copy payload frames of the current round
-  std::multimap<double, InFlight> in_flight_;  // by the server's egress end
+  OnTheWire<Reply> in_flight_;  // under emulation: replies not yet arrived
   std::string broken_;       // why the client is unusable; "" while healthy
   bool closed_ = false;
 };

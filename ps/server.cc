@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "core/log.h"
 #include "core/timer.h"
@@ -28,7 +29,8 @@ std::string list(const std::vector<int>& workers) {
 Server::Server(const ServerOptions& options, std::span<const float> initial)
     : options_(options),
       layout_{options.shard, options.range, options.chunk_floats},
-      socket_(context_, zmq::socket_type::router) {
+      socket_(context_, zmq::socket_type::router),
+      in_flight_(options.nic.get()) {
   PSAR_CHECK(static_cast<int64_t>(initial.size()) == options.range.size(),
              "ps shard: initial parameters hold ", initial.size(), " floats, range ",
              to_string(options.range), " needs ", options.range.size());
@@ -59,15 +61,10 @@ void Server::run() {
   double last_valid = now_seconds();
   while (!done() && !stop_.load()) {
     zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-    long ms = poll_millis(last_valid + options_.timeout_s, kPollSlice);
     const int64_t before = counters_.messages_in.load(std::memory_order_relaxed);
-    if (const double next = deliver_in_flight(); next > 0) {
-      // Look for earlier senders' requests while the next one is on the wire;
-      // close to its arrival, wait for it (ZeroMQ's poll counts milliseconds).
-      const double left = std::min(next - now_seconds(), kPollSlice);
-      if (left < 2e-3) wait_until(next);
-      ms = std::min(ms, std::max(0L, static_cast<long>((left - 1e-3) * 1e3)));
-    }
+    // Look for earlier senders' requests while the next held one is on the wire.
+    const long ms = poll_millis_before(deliver_in_flight(),
+                                       poll_millis(last_valid + options_.timeout_s, kPollSlice));
     zmq::poll(&item, 1, std::chrono::milliseconds(ms));
     while (!done() && receive_one()) {
     }
@@ -131,37 +128,34 @@ void Server::handle(std::vector<zmq::message_t>& frames, size_t count) {
         throw RequestError(wire::STATUS_MALFORMED_HEADER,
                            "sent_at " + std::to_string(sent_at) +
                                " is not a departure time within ps.timeout of now");
-      in_flight_.emplace(sent_at, InFlight{std::move(frames), count, std::move(header), chunk, bytes});
+      in_flight_.hold(sent_at, bytes, Request{std::move(frames), count, std::move(header), chunk});
       return;
     }
-    dispatch(identity, header, chunk, payload);
-    counters_.messages_in.fetch_add(1, std::memory_order_relaxed);
-    counters_.header_in.fetch_add(static_cast<int64_t>(frames[1].size()),
-                                  std::memory_order_relaxed);
+    take_in(frames, count, header, chunk);
   } catch (const RequestError& e) {
     send_error(identity, parsed ? &header : nullptr, e.status(), e.what());
   }
 }
 
+void Server::take_in(std::vector<zmq::message_t>& frames, size_t count,
+                     const wire::Header& header, int chunk) {
+  dispatch(frames[0], header, chunk, count == 3 ? &frames[2] : nullptr);
+  counters_.messages_in.fetch_add(1, std::memory_order_relaxed);
+  counters_.header_in.fetch_add(static_cast<int64_t>(frames[1].size()),
+                                std::memory_order_relaxed);
+}
+
 double Server::deliver_in_flight() {
-  // The earliest sender first; once the wire could have delivered it
-  // (egress end + latency), its ingress slot is booked and it is handled.
   // A request from an earlier sender that ZeroMQ hands over later still goes
-  // first, as long as it shows up before that moment.
-  while (!in_flight_.empty() && !done() && !stop_.load()) {
-    auto first = in_flight_.begin();
-    const double earliest = first->first + options_.nic->model().latency;
-    if (now_seconds() < earliest) return earliest;
-    InFlight m = std::move(first->second);
-    in_flight_.erase(first);
-    wait_until(options_.nic->arrive(m.bytes, m.header.sent_at()));
+  // first, as long as it shows up before the earliest held one has arrived.
+  double next = 0;
+  while (!done() && !stop_.load()) {
+    std::optional<Request> r = in_flight_.release(next);
+    if (!r) return next;
     try {
-      dispatch(m.frames[0], m.header, m.chunk, m.count == 3 ? &m.frames[2] : nullptr);
-      counters_.messages_in.fetch_add(1, std::memory_order_relaxed);
-      counters_.header_in.fetch_add(static_cast<int64_t>(m.frames[1].size()),
-                                    std::memory_order_relaxed);
+      take_in(r->frames, r->count, r->header, r->chunk);
     } catch (const RequestError& e) {
-      send_error(m.frames[0], &m.header, e.status(), e.what());
+      send_error(r->frames[0], &r->header, e.status(), e.what());
     }
     // Anything that arrived meanwhile competes for the next slot.
     while (!done() && receive_one()) {

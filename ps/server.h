@@ -29,7 +29,6 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -39,6 +38,7 @@
 #include <zmq.hpp>
 
 #include "comm/netem.h"
+#include "ps/on_the_wire.h"
 #include "ps/shard_state.h"
 #include "ps/wire.h"
 
@@ -106,19 +106,21 @@ class Server {
     int64_t clock;  // the step whose parameters are wanted
     KeyRange keys;
   };
-  // A validated request held by the emulated NIC until its modelled arrival.
-  struct InFlight {
-    std::vector<zmq::message_t> frames;  // identity, header, payload
+  // A validated request: its frames (identity, header, payload) and chunk.
+  struct Request {
+    std::vector<zmq::message_t> frames;
     size_t count;
     wire::Header header;
     int chunk;
-    size_t bytes;
   };
   bool receive_one();  // false if no message was waiting
   void handle(std::vector<zmq::message_t>& frames, size_t count);
-  // Emulated ingress: delivers held requests in the order they left their
-  // senders (not the order ZeroMQ hands them over); returns the time the next
-  // one may arrive (0: none held).
+  // Serves a validated request (frames: identity, header, payload) and counts it in.
+  void take_in(std::vector<zmq::message_t>& frames, size_t count, const wire::Header& header,
+               int chunk);
+  // Emulated ingress: serves the held requests whose time has come, in the
+  // order they left their senders (on_the_wire.h); returns when the next may
+  // arrive (0: none held).
   double deliver_in_flight();
   void dispatch(zmq::message_t& identity, const wire::Header& h, int chunk,
                 zmq::message_t* payload);
@@ -145,7 +147,7 @@ class Server {
   zmq::socket_t socket_;
   std::string endpoint_;
   std::vector<Parked> parked_;
-  std::multimap<double, InFlight> in_flight_;  // by the sender's egress end
+  OnTheWire<Request> in_flight_;  // under emulation: requests not yet arrived
   std::string failure_;     // set when a departed worker made a pull impossible
   std::vector<char> told_;  // by worker: sent that failure
   std::atomic<bool> stop_{false};

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <thread>
 
+#include "comm/netem.h"
 #include "core/timer.h"
 
 namespace psar::ps {
@@ -53,6 +54,16 @@ bool BorrowedFrames::wait_released(double deadline) const {
 long poll_millis(double deadline, double slice_s) {
   const double left = std::clamp(deadline - now_seconds(), 0.0, slice_s);
   return static_cast<long>(std::ceil(left * 1e3));
+}
+
+long poll_millis_before(double next, long ms) {
+  if (next <= 0) return ms;
+  const double left = next - now_seconds();
+  if (left < 2e-3) {
+    wait_until(next);
+    return 0;
+  }
+  return static_cast<long>(std::min<double>(static_cast<double>(ms), (left - 1e-3) * 1e3));
 }
 
 }  // namespace psar::ps

@@ -49,4 +49,9 @@ class BorrowedFrames {
 // Milliseconds for zmq::poll: until `deadline` (now_seconds() clock), at most `slice_s`.
 long poll_millis(double deadline, double slice_s);
 
+// At most `ms`, and ending by `next` (a held message's modelled arrival,
+// on_the_wire.h; 0: no limit). ZeroMQ's poll counts milliseconds, so a
+// `next` closer than 2 ms is waited out here and the poll should not block.
+long poll_millis_before(double next, long ms);
+
 }  // namespace psar::ps

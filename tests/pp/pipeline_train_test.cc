@@ -80,6 +80,13 @@ TEST_P(PipelineTraining, EqualsTheSerialModelAfterTenSteps) {
   EXPECT_LE(relative_difference(serial(), parallel), 1e-5) << testing::describe(c);
 }
 
+// Test names of a sweep: schedule, p, m, v, d.
+std::string case_name(const ::testing::TestParamInfo<PipelineCase>& info) {
+  const PipelineCase& c = info.param;
+  return c.schedule + "_p" + std::to_string(c.p) + "_m" + std::to_string(c.m) + "_v" +
+         std::to_string(c.v) + "_d" + std::to_string(c.d);
+}
+
 std::vector<PipelineCase> sweep() {
   std::vector<PipelineCase> cases;
   for (const char* kind : {"gpipe", "1f1b", "interleaved", "zb_h1"})
@@ -94,12 +101,7 @@ std::vector<PipelineCase> sweep() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, PipelineTraining, ::testing::ValuesIn(sweep()),
-                         [](const auto& info) {
-                           const PipelineCase& c = info.param;
-                           return c.schedule + "_p" + std::to_string(c.p) + "_m" +
-                                  std::to_string(c.m) + "_v" + std::to_string(c.v) + "_d" +
-                                  std::to_string(c.d);
-                         });
+                         case_name);
 
 TEST(PipelineTraining, TheCheckCanFailTrainingMovedTheParameters) {
   const auto start = train_inproc(1, pipeline_mlp_config({"", 1, 1, 1}, {"train.steps=1", "optimizer.lr=0"}));
@@ -209,17 +211,22 @@ const std::vector<float>& serial_gpt(const std::vector<std::string>& overrides =
   return it->second;
 }
 
+// Trains case `c` with `overrides` on its p·d ranks and compares the gathered
+// parameters with the serial GPT trained with `serial_overrides`.
+void expect_serial_gpt(const PipelineCase& c, const std::vector<std::string>& overrides = {},
+                       const std::vector<std::string>& serial_overrides = {}) {
+  const auto parallel = train_inproc(c.p * c.d, testing::pipeline_gpt_config(c, overrides));
+  ASSERT_EQ(parallel.size(), serial_gpt(serial_overrides).size());
+  EXPECT_LE(relative_difference(serial_gpt(serial_overrides), parallel), 1e-5)
+      << testing::describe(c);
+}
+
 class GptPipelineTraining : public ::testing::TestWithParam<PipelineCase> {
  protected:
   static void SetUpTestSuite() { ops::set_blas_threads(1); }
 };
 
-TEST_P(GptPipelineTraining, EqualsTheSerialGpt) {
-  const PipelineCase c = GetParam();
-  const auto parallel = train_inproc(c.p * c.d, testing::pipeline_gpt_config(c));
-  ASSERT_EQ(parallel.size(), serial_gpt().size());
-  EXPECT_LE(relative_difference(serial_gpt(), parallel), 1e-5) << testing::describe(c);
-}
+TEST_P(GptPipelineTraining, EqualsTheSerialGpt) { expect_serial_gpt(GetParam()); }
 
 std::vector<PipelineCase> gpt_sweep() {
   std::vector<PipelineCase> cases;
@@ -232,12 +239,7 @@ std::vector<PipelineCase> gpt_sweep() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, GptPipelineTraining, ::testing::ValuesIn(gpt_sweep()),
-                         [](const auto& info) {
-                           const PipelineCase& c = info.param;
-                           return c.schedule + "_p" + std::to_string(c.p) + "_m" +
-                                  std::to_string(c.m) + "_v" + std::to_string(c.v) + "_d" +
-                                  std::to_string(c.d);
-                         });
+                         case_name);
 
 // Three replicas: the ring adds them in an order that depends on where a
 // value sits in the arena, which differs between wte and its copy on the last
@@ -245,20 +247,14 @@ INSTANTIATE_TEST_SUITE_P(Schedules, GptPipelineTraining, ::testing::ValuesIn(gpt
 // (check_tied_params in pipeline_trainer.cc).
 TEST(GptPipelineTraining, ThreeReplicasKeepTheTiedCopiesBitIdentical) {
   const std::vector<std::string> batch24{"train.batch_size=24"};
-  const auto parallel =
-      train_inproc(6, testing::pipeline_gpt_config({"1f1b", 2, 4, 1, 3}, batch24));
-  ASSERT_EQ(parallel.size(), serial_gpt(batch24).size());
-  EXPECT_LE(relative_difference(serial_gpt(batch24), parallel), 1e-5);
+  expect_serial_gpt({"1f1b", 2, 4, 1, 3}, batch24, batch24);
 }
 
 // Embedding and head counted as layers in the even split (8 blocks over 4
 // stages: 2 3 2 1): the same model, the blocks placed differently.
 TEST(GptPipelineTraining, EndsCountedAsLayersInTheSplit) {
-  const auto parallel = train_inproc(
-      4, testing::pipeline_gpt_config({"1f1b", 4, 4, 1},
-                                      {"parallel.account_embedding=true", "parallel.account_head=true"}));
-  ASSERT_EQ(parallel.size(), serial_gpt().size());
-  EXPECT_LE(relative_difference(serial_gpt(), parallel), 1e-5);
+  expect_serial_gpt({"1f1b", 4, 4, 1},
+                    {"parallel.account_embedding=true", "parallel.account_head=true"});
 }
 
 // The tolerance tells the trained model from one step short of it.
@@ -279,8 +275,7 @@ TEST(GptPipelineTraining, AdamAndAnUnevenSplit) {
                                       "optimizer.eps=1e-6"};
   std::vector<std::string> uneven = adam;
   uneven.push_back("parallel.stage_layers=[1, 3, 3, 1]");
-  const auto parallel = train_inproc(4, testing::pipeline_gpt_config({"1f1b", 4, 8, 1}, uneven));
-  EXPECT_LE(relative_difference(serial_gpt(adam), parallel), 1e-5);
+  expect_serial_gpt({"1f1b", 4, 8, 1}, uneven, adam);
 }
 
 // Loss per step and the test evaluation through the stages match the serial GPT.

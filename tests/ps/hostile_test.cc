@@ -251,16 +251,13 @@ TEST(HostileRequest, DepartureTimesBeyondTheTimeoutAreRejected) {
     EXPECT_EQ(reply.status(), wire::STATUS_MALFORMED_HEADER) << reply.error();
   }
   EXPECT_EQ(server.rejected(wire::STATUS_MALFORMED_HEADER), 2);
-  std::vector<std::thread> threads;
   std::vector<std::vector<float>> finals(kWorkers);
-  for (int w = 0; w < kWorkers; ++w)
-    threads.emplace_back([&, w] {
-      Client client(job.client(w));
-      std::vector<float> params = init;
-      for (int64_t t = 0; t < 2; ++t) client.push_pull(make_grad(w, t, kSize), params);
-      finals[w] = params;
-    });
-  for (auto& t : threads) t.join();
+  testing::run_workers(kWorkers, [&](int w) {
+    Client client(job.client(w));
+    std::vector<float> params = init;
+    for (int64_t t = 0; t < 2; ++t) client.push_pull(make_grad(w, t, kSize), params);
+    finals[w] = params;
+  });
   job.join();
   const auto ref = reference_bsp(init, kWorkers, 2, testing::sgd());
   for (int w = 0; w < kWorkers; ++w) EXPECT_LT(relative_error(finals[w], ref), 1e-6);

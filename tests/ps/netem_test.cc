@@ -83,16 +83,13 @@ TEST(EmulatedNetworkTiming, ConcurrentPushesInterleaveAtTheShardsIngress) {
   for (int attempt = 0; attempt < 5 && best > 1.2 * kSteps * model_step + 3e-3; ++attempt) {
     LocalJob job(init, 1, kWorkers, base, net);
     std::vector<double> elapsed(kWorkers);
-    std::vector<std::thread> threads;
-    for (int w = 0; w < kWorkers; ++w)
-      threads.emplace_back([&, w] {
-        Client client(job.client(w));
-        std::vector<float> params = init;
-        Stopwatch clock;
-        for (int64_t t = 0; t < kSteps; ++t) client.push_pull(make_grad(w, t, kSize), params);
-        elapsed[w] = clock.seconds();
-      });
-    for (auto& t : threads) t.join();
+    testing::run_workers(kWorkers, [&](int w) {
+      Client client(job.client(w));
+      std::vector<float> params = init;
+      Stopwatch clock;
+      for (int64_t t = 0; t < kSteps; ++t) client.push_pull(make_grad(w, t, kSize), params);
+      elapsed[w] = clock.seconds();
+    });
     job.join();
     best = std::min(best, *std::max_element(elapsed.begin(), elapsed.end()));
   }

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -21,6 +23,23 @@
 #include "ps/sharding.h"
 
 namespace psar::ps::testing {
+
+// Runs fn(worker) on N threads; rethrows the first failure.
+inline void run_workers(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  for (int w = 0; w < n; ++w)
+    threads.emplace_back([&, w] {
+      try {
+        fn(w);
+      } catch (...) {
+        errors[static_cast<size_t>(w)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
 
 // Worker w's gradient of step t at key i: uniform in [-1, 1), distinct per (w, t, i).
 inline float grad_value(int worker, int64_t step, int64_t i) {

@@ -21,23 +21,7 @@ using testing::LocalJob;
 using testing::make_grad;
 using testing::reference_bsp;
 using testing::relative_error;
-
-// Runs fn(worker) on N threads; rethrows the first failure.
-void run_workers(int n, const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  for (int w = 0; w < n; ++w)
-    threads.emplace_back([&, w] {
-      try {
-        fn(w);
-      } catch (...) {
-        errors[w] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
+using testing::run_workers;
 
 struct JobCase {
   int workers;

@@ -11,31 +11,42 @@
 
 namespace psar {
 
+std::string gpt_block_name(int l) {
+  std::string n = "h";  // by append: GCC 12 falsely warns (-Wrestrict) on "h" + std::to_string(l)
+  return n.append(std::to_string(l));
+}
+
+namespace {
+// GPT-2 scales the residual projections by 1/√(2L).
+float proj_std(const GptOptions& o) {
+  return o.init_std / std::sqrt(2.0f * static_cast<float>(o.layers));
+}
+}  // namespace
+
+ParallelAttentionOptions gpt_attention_options(const GptOptions& o, int l) {
+  return {.name = gpt_block_name(l) + ".attn",
+          .d_model = o.d_model,
+          .heads = o.heads,
+          .seq_len = o.seq_len,
+          .init_std = o.init_std,
+          .proj_init_std = proj_std(o)};
+}
+
+ParallelMlpOptions gpt_mlp_options(const GptOptions& o, int l) {
+  return {.name = gpt_block_name(l) + ".mlp",
+          .d_model = o.d_model,
+          .hidden = 4 * o.d_model,
+          .split = o.split,
+          .init_std = o.init_std,
+          .proj_init_std = proj_std(o)};
+}
+
 // One pre-LN transformer block: x ← x + Attn(LN1(x)); x ← x + MLP(LN2(x)).
 struct Gpt::Block {
   Block(TpGroup& tp, const GptOptions& o, int l)
-      : name(block_name(l)),
-        attn(tp, {.name = name + ".attn",
-                  .d_model = o.d_model,
-                  .heads = o.heads,
-                  .seq_len = o.seq_len,
-                  .init_std = o.init_std,
-                  .proj_init_std = proj_std(o)}),
-        mlp(tp, {.name = name + ".mlp",
-                 .d_model = o.d_model,
-                 .hidden = 4 * o.d_model,
-                 .split = o.split,
-                 .init_std = o.init_std,
-                 .proj_init_std = proj_std(o)}) {}
-  // "h<l>", by append: GCC 12 falsely warns (-Wrestrict) on "h" + std::to_string(l).
-  static std::string block_name(int l) {
-    std::string n = "h";
-    return n.append(std::to_string(l));
-  }
-  // GPT-2 scales the residual projections by 1/√(2L).
-  static float proj_std(const GptOptions& o) {
-    return o.init_std / std::sqrt(2.0f * static_cast<float>(o.layers));
-  }
+      : name(gpt_block_name(l)),
+        attn(tp, gpt_attention_options(o, l)),
+        mlp(tp, gpt_mlp_options(o, l)) {}
 
   std::string name;
   ParallelSelfAttention attn;

@@ -85,6 +85,13 @@ class Gpt final : public Model {
   std::vector<TpStepRow> rows_;
 };
 
+// Block l's name ("h<l>") and the options of its attention and MLP (GPT-2
+// scales the residual projections' init by 1/√(2L)): the serial GPT and its
+// pipeline stages build the same blocks.
+std::string gpt_block_name(int l);
+ParallelAttentionOptions gpt_attention_options(const GptOptions& o, int l);
+ParallelMlpOptions gpt_mlp_options(const GptOptions& o, int l);
+
 // The GPT's options from model.* (and parallel.tp_split, train.seed); a
 // ConfigError for a dataset without tokens or a vocabulary too small for it.
 GptOptions gpt_options(const Config& config, const Dataset& data);

@@ -15,16 +15,6 @@ using psar::detail::concat;
 
 namespace {
 
-std::string block_name(int l) {
-  std::string n = "h";  // by append, as gpt.cc (GCC 12's -Wrestrict)
-  return n.append(std::to_string(l));
-}
-
-// GPT-2 scales the residual projections by 1/√(2L) (gpt.cc).
-float proj_std(const GptOptions& o) {
-  return o.init_std / std::sqrt(2.0f * static_cast<float>(o.layers));
-}
-
 // Gives `module` (declared first into `store` by another instance at index
 // `first`) the same parameter indices and binds it to `store`: it declares
 // into a scratch store padded to `first` entries (ParamStore::add returns the
@@ -51,18 +41,7 @@ void attach(Module& module, ParamStore& store, int first) {
 // each (N = b·T) and [N] for the layer norms' statistics.
 struct GptStages::BlockRun {
   BlockRun(TpGroup& tp, const GptOptions& o, int l)
-      : attn(tp, {.name = block_name(l) + ".attn",
-                  .d_model = o.d_model,
-                  .heads = o.heads,
-                  .seq_len = o.seq_len,
-                  .init_std = o.init_std,
-                  .proj_init_std = proj_std(o)}),
-        mlp(tp, {.name = block_name(l) + ".mlp",
-                 .d_model = o.d_model,
-                 .hidden = 4 * o.d_model,
-                 .split = o.split,
-                 .init_std = o.init_std,
-                 .proj_init_std = proj_std(o)}) {}
+      : attn(tp, gpt_attention_options(o, l)), mlp(tp, gpt_mlp_options(o, l)) {}
 
   ParallelSelfAttention attn;
   ParallelMLP mlp;
@@ -123,7 +102,7 @@ void GptStages::declare(ParamStore& store, int chunk) {
   auto run = std::make_unique<Run>();
   ShardedParams params(0, 1);
   for (int l = ch.first; l < ch.last; ++l) {
-    const std::string name = block_name(l);
+    const std::string name = gpt_block_name(l);
     BlockParams bp;
     bp.layer = l;
     auto block = std::make_unique<BlockRun>(tp_, o_, l);

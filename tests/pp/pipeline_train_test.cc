@@ -147,6 +147,18 @@ class RunFilesTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
+  // pipeline.csv of the run: its header line, and each row's fields.
+  std::vector<std::vector<std::string>> pipeline_rows(std::string& header) const {
+    std::istringstream csv(read(dir_ / "pipeline.csv"));
+    std::getline(csv, header);
+    std::vector<std::vector<std::string>> rows;
+    for (std::string line; std::getline(csv, line);) {
+      std::stringstream ls(line);
+      rows.emplace_back();
+      for (std::string x; std::getline(ls, x, ',');) rows.back().push_back(x);
+    }
+    return rows;
+  }
   std::filesystem::path dir_;
 };
 
@@ -154,25 +166,20 @@ class RunFilesTest : public ::testing::Test {
 // peaks (stash count and bytes) equal to the simulator's.
 TEST_F(RunFilesTest, PipelineCsvHoldsMeasuredPeaksEqualToThePrediction) {
   train_inproc(4, pipeline_mlp_config({"interleaved", 2, 4, 2, 2}), dir_.string());
-  std::istringstream csv(read(dir_ / "pipeline.csv"));
   std::string line;
-  std::getline(csv, line);
+  const auto rows = pipeline_rows(line);
   ASSERT_EQ(line.rfind("schedule,p,m,v,dp,stage,layers,compute_s,idle_s,makespan_s,bubble,", 0), 0u);
-  int rows = 0;
-  while (std::getline(csv, line)) {
-    std::vector<std::string> f;
-    std::stringstream ls(line);
-    for (std::string x; std::getline(ls, x, ',');) f.push_back(x);
-    ASSERT_EQ(f.size(), 24u) << line;
+  for (const auto& f : rows) {
+    const std::string row = ::testing::PrintToString(f);
+    ASSERT_EQ(f.size(), 24u) << row;
     EXPECT_EQ(f[0], "interleaved");
-    EXPECT_EQ(f[15], f[16]) << "peak activations, measured vs simulated: " << line;
-    EXPECT_EQ(f[17], f[18]) << "peak bytes, measured vs predicted: " << line;
+    EXPECT_EQ(f[15], f[16]) << "peak activations, measured vs simulated: " << row;
+    EXPECT_EQ(f[17], f[18]) << "peak bytes, measured vs predicted: " << row;
     EXPECT_GT(std::stod(f[7]), 0) << "compute_s";
     EXPECT_GE(std::stod(f[8]), 0) << "idle_s";
     EXPECT_EQ(std::stod(f[14]), 1.0 / 8) << "closed form (p-1)/(v·m)";
-    ++rows;
   }
-  EXPECT_EQ(rows, 2 * 3);  // 2 replicas × (2 stages + the pipeline)
+  EXPECT_EQ(rows.size(), 2u * 3);  // 2 replicas × (2 stages + the pipeline)
   // steps.csv: every rank's 10 rows, the replica's loss on each.
   std::istringstream steps(read(dir_ / "steps.csv"));
   int step_rows = -1;
@@ -295,20 +302,15 @@ TEST(GptPipelineTraining, LossAndEvaluationLikeTheSerialGpt) {
 TEST_F(RunFilesTest, GptPipelineCsvPeaksEqualThePrediction) {
   train_inproc(2, testing::pipeline_gpt_config({"zb_h1", 2, 4, 1}, {"train.steps=2"}),
                dir_.string());
-  std::istringstream csv(read(dir_ / "pipeline.csv"));
-  std::string line;
-  std::getline(csv, line);
-  int rows = 0;
-  while (std::getline(csv, line)) {
-    std::vector<std::string> f;
-    std::stringstream ls(line);
-    for (std::string x; std::getline(ls, x, ',');) f.push_back(x);
-    ASSERT_EQ(f.size(), 24u) << line;
-    EXPECT_EQ(f[15], f[16]) << "peak activations, measured vs simulated: " << line;
-    EXPECT_EQ(f[17], f[18]) << "peak bytes, counted vs predicted: " << line;
-    ++rows;
+  std::string header;
+  const auto rows = pipeline_rows(header);
+  for (const auto& f : rows) {
+    const std::string row = ::testing::PrintToString(f);
+    ASSERT_EQ(f.size(), 24u) << row;
+    EXPECT_EQ(f[15], f[16]) << "peak activations, measured vs simulated: " << row;
+    EXPECT_EQ(f[17], f[18]) << "peak bytes, counted vs predicted: " << row;
   }
-  EXPECT_EQ(rows, 3);
+  EXPECT_EQ(rows.size(), 3u);
 }
 
 // ---- invalid combinations -----------------------------------------------------

@@ -132,7 +132,7 @@ void PipelineMeter::add(const pp::StageRun& run, bool measured) {
 }
 
 PipelineMeter::Summary PipelineMeter::write(Comm& pipeline, Comm& world, int dp_rank,
-                                            const pp::StageModel& model,
+                                            int tp_rank, const pp::StageModel& model,
                                             const std::vector<int>& layers_per_stage,
                                             const std::string& out_dir) const {
   const pp::Schedule& s = schedule_;
@@ -245,6 +245,7 @@ PipelineMeter::Summary PipelineMeter::write(Comm& pipeline, Comm& world, int dp_
     all_row.bubble_sim_hop = sim_hop.bubble_fraction;
     rows += line(all_row);
   }
+  if (tp_rank != 0) rows.clear();  // a TP group's ranks ran the same actions: one reports
   const auto gathered = world.allgather_bytes(std::as_bytes(std::span<const char>(rows)));
   if (world.rank() == 0 && !out_dir.empty()) {
     std::vector<std::string> lines;

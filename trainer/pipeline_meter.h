@@ -45,8 +45,9 @@ class PipelineMeter {
     double bubble_sim_hop = 0;                  // simulator at the measured costs and hop latency
   };
   // Collective over `pipeline` and then `world`. World rank 0 writes
-  // out_dir/pipeline.csv (if out_dir is set); every rank gets its pipeline's summary.
-  Summary write(Comm& pipeline, Comm& world, int dp_rank, const pp::StageModel& model,
+  // out_dir/pipeline.csv (if out_dir is set), the rows of TP rank 0 of each
+  // stage; every rank gets its pipeline's summary.
+  Summary write(Comm& pipeline, Comm& world, int dp_rank, int tp_rank, const pp::StageModel& model,
                 const std::vector<int>& layers_per_stage, const std::string& out_dir) const;
 
  private:

@@ -2,18 +2,23 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
-#include "core/csv.h"
+#include "allreduce/allreducer.h"
+#include "comm/netem.h"
 #include "core/errors.h"
-#include "core/log.h"
-#include "core/ops.h"
 #include "core/timer.h"
 #include "core/trace.h"
-#include "comm/netem.h"
 #include "modelpar/grid.h"
-#include "allreduce/allreducer.h"
+#include "modelpar/pp/executor.h"
+#include "modelpar/pp/generators.h"
+#include "modelpar/pp/partition.h"
+#include "modelpar/tp/group.h"
+#include "modelpar/tp/shard.h"
+#include "trainer/axes.h"
 #include "trainer/gradient_sync.h"
-#include "trainer/pipeline_trainer.h"
+#include "trainer/model_parts.h"
+#include "trainer/pipeline_meter.h"
 #include "trainer/run_common.h"
 #include "workloads/model.h"
 
@@ -21,16 +26,89 @@ namespace psar {
 
 namespace {
 
-// Test loss and accuracy, the test set split evenly over the workers.
-EvalStats evaluate(Model& model, const Dataset& test, Comm& workers) {
+using psar::detail::concat;
+
+// parallel.*: the grid, the schedule and the micro-batches.
+struct Parallel {
+  int t = 1, p = 1, v = 1, m = 1;
+  std::string order, schedule;
+  bool scatter_gather = false;
+
+  explicit Parallel(const Config& c)
+      : t(static_cast<int>(c.get_int("parallel.tp"))),
+        p(static_cast<int>(c.get_int("parallel.pp"))),
+        v(static_cast<int>(c.get_int("parallel.chunks"))),
+        m(static_cast<int>(c.get_int("parallel.microbatches"))),
+        order(c.get_string("parallel.order")),
+        schedule(c.get_string("parallel.schedule")),
+        scatter_gather(c.get_bool("parallel.scatter_gather")) {}
+};
+
+// The rows of one micro-batch: B/(d·m), or a ConfigError naming the keys.
+int64_t microbatch_rows(int64_t batch, int d, int m) {
+  if (batch % (static_cast<int64_t>(d) * m) != 0)
+    throw ConfigError(concat("train.batch_size ", batch, " is not divisible by d·m = ", d, "·", m,
+                             " = ", d * m, " (", d,
+                             " data-parallel replicas, each cutting its slice into "
+                             "parallel.microbatches = ", m, ")"));
+  return batch / (static_cast<int64_t>(d) * m);
+}
+
+// Test loss and accuracy through the pipeline: the test set split over the
+// replicas, each slice pushed through the p·v virtual stages in chunks of
+// rows (a forward-only pass). Its transfers are tagged above every tag of a
+// batch (p2p.h): 2·p·v·m + the producer. Only TP rank 0 of the last stage
+// adds its counts (its TP group computed the same ones).
+EvalStats evaluate(Model& model, const StageLayout& layout, const Dataset& test, ProcessGrid& grid,
+                   Comm& workers) {
   EvalStats total;
-  for_each_eval_batch(test, workers.rank(), workers.size(), [&](const Batch& batch) {
-    const EvalStats s = model.evaluate(batch);
-    total.loss_sum += s.loss_sum;
-    total.correct += s.correct;
-    total.count += s.count;
+  std::vector<float> x, y;
+  const int p = layout.stages, last = layout.vstages() - 1;
+  const int tag0 = 2 * layout.vstages() * layout.microbatches;
+  Comm& pipeline = grid.pp();
+  for_each_eval_batch(test, grid.dp().rank(), grid.dp().size(), [&](const Batch& batch) {
+    for (int c = 0; c < layout.chunks; ++c) {
+      const int u = layout.vstage(c);
+      if (u > 0) {
+        x.resize(static_cast<size_t>(model.eval_numel(u - 1, batch.size)));
+        pipeline.recv((u - 1) % p, std::span<float>(x), tag0 + u - 1);
+      }
+      if (u < last) y.resize(static_cast<size_t>(model.eval_numel(u, batch.size)));
+      const EvalStats s =
+          model.eval_forward(c, batch, x, u < last ? std::span<float>(y) : std::span<float>());
+      if (u < last) {
+        pipeline.send((u + 1) % p, std::span<const float>(y), tag0 + u);
+      } else if (grid.coord().tp == 0) {
+        total.loss_sum += s.loss_sum;
+        total.correct += s.correct;
+        total.count += s.count;
+      }
+    }
   });
   return sum_eval(workers, total);
+}
+
+// Floats this stage sends over the pipeline per batch: m activations per
+// chunk that is not the last virtual stage, m gradients per chunk that is
+// not the first; 1/t of each with scatter/gather.
+int64_t pp_floats_formula(const Model& model, const StageLayout& layout, int sg) {
+  if (layout.stages == 1) return 0;
+  int64_t floats = 0;
+  for (int c = 0; c < layout.chunks; ++c) {
+    const int u = layout.vstage(c);
+    if (u < layout.vstages() - 1) floats += layout.microbatches * model.boundary_numel(u) / sg;
+    if (u > 0) floats += layout.microbatches * model.boundary_numel(u - 1) / sg;
+  }
+  return floats;
+}
+
+// This rank's parameters, counted from the serial shapes and their splits.
+int64_t dp_floats_formula(const Model& model, const ParamStore& store, int t) {
+  const ShardedParams* sharded = model.sharded_params();
+  if (!sharded) return static_cast<int64_t>(store.size());
+  int64_t n = 0;
+  for (const auto& e : sharded->entries()) n += numel(shard_shape(e.full.shape, e.spec, t));
+  return n;
 }
 
 }  // namespace
@@ -41,41 +119,61 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
   world.set_timeout(config.get_duration("sync.timeout"));
   const NetModel network = apply_network_model(world, config);
 
-  // ---- model, data, parameters: identical on every rank -------------------
+  // ---- data, steps, the grid: everything checked before any work ------------
   const DatasetPair data = load_dataset(config);
   const std::string sync_name = config.get_string("sync.backend");
+  const Parallel par(config);
+  const StepPlan plan = plan_steps(config, data.train->size());
+  const int layers = model_layers(config, *data.train);
+  if (sync_name == "ps" && par.t * par.p > 1)
+    throw ConfigError(concat("sync.backend ps runs data parallelism only (a shard group per "
+                             "model slice is not built); parallel.tp = ", par.t,
+                             " and parallel.pp = ", par.p, " need an allreduce backend"));
+  parse_grid_order(par.order);
+  std::vector<int64_t> counts;
+  if (config.has("parallel.stage_layers")) counts = config.get_int_list("parallel.stage_layers");
+  const pp::EndCosts ends{config.get_bool("parallel.account_embedding") ? 1 : 0,
+                          config.get_bool("parallel.account_head") ? 1 : 0};
+  const pp::Schedule schedule =
+      pp::make_schedule(par.schedule, {par.p, par.m, par.v, layers});
+  StageLayout layout;
+  layout.stages = par.p;
+  layout.chunks = par.v;
+  layout.microbatches = par.m;
+  layout.layers = pp::partition_layers(layers, par.p, par.v, counts, ends);
 
-  // ---- model parallelism: the (p, t, d) grid --------------------------------
-  const int tp = static_cast<int>(config.get_int("parallel.tp"));
-  const int pp = static_cast<int>(config.get_int("parallel.pp"));
+  // Model parallelism needs the grid before the model; data parallelism alone
+  // builds it over the workers, which a parameter server with dedicated
+  // server ranks only knows after its set-up.
   std::unique_ptr<ProcessGrid> grid;
-  std::unique_ptr<Allreducer> tp_allreduce;
-  ModelContext context;
-  if (tp != 1 || pp != 1) {
-    if (sync_name == "ps")
-      throw ConfigError("sync.backend ps runs data parallelism only; set parallel.tp and "
-                        "parallel.pp to 1, or choose an allreduce backend");
-    grid = std::make_unique<ProcessGrid>(world, make_grid_shape(world.size(), tp, pp));
-    if (pp != 1) return train_pipeline(world, *grid, config, options, data, network);
-    tp_allreduce = make_allreducer(config.get_string("parallel.tp_allreduce"));
-    context.tp = &grid->tp();
-    context.tp_allreduce = tp_allreduce.get();
+  if (par.t * par.p > 1) {
+    grid = std::make_unique<ProcessGrid>(
+        world, make_grid_shape(world.size(), par.t, par.p, par.order));
+    layout.stage = grid->coord().pp;
+    layout.microbatch_rows = microbatch_rows(plan.batch_size, grid->shape().dp, par.m);
   }
-  std::unique_ptr<Model> model = make_model(config, *data.train, context);
+  std::unique_ptr<Allreducer> tp_allreduce;
+  if (par.t > 1) tp_allreduce = make_allreducer(config.get_string("parallel.tp_allreduce"));
+  TpGroup tp(grid && par.t > 1 ? &grid->tp() : nullptr, tp_allreduce.get());
+
+  // ---- this rank's part of the model ----------------------------------------
+  std::unique_ptr<Model> model = make_model(config, *data.train, {&tp, layout});
   ParamStore store;
-  model->declare(store);
+  std::vector<std::pair<int, int>> chunk_params;  // [chunk] its parameters' store indices
+  for (int c = 0; c < layout.chunks; ++c) {
+    const int before = static_cast<int>(store.infos().size());
+    model->declare(store, c);
+    chunk_params.emplace_back(before, static_cast<int>(store.infos().size()));
+  }
   const auto seed = static_cast<uint64_t>(config.get_int("train.seed"));
   store.finalize(seed);
   model->bind(store);
+  const std::vector<TiedParam> tied = model->tied_params();
+  std::vector<float> tied_scratch;
 
-  // ---- steps ---------------------------------------------------------------
-  const StepPlan plan = plan_steps(config, data.train->size());
-  const int64_t batch_size = plan.batch_size, steps_per_epoch = plan.steps_per_epoch,
-                total_steps = plan.total_steps;
-
-  // ---- gradient synchronization ----------------------------------------------
+  // ---- gradient synchronization over this rank's data-parallel group --------
   OptimizerOptions optimizer = optimizer_options(config);
-  optimizer.total_steps = total_steps;
+  optimizer.total_steps = plan.total_steps;
   SyncInit init{world, config, store, optimizer, grid ? &grid->dp() : nullptr};
   SyncSetup setup = make_gradient_sync(sync_name, init);
   if (setup.serve) {
@@ -83,93 +181,153 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
     result.server = true;
     return result;
   }
-  Comm& workers = *setup.workers;                 // every rank that trains
-  Comm& dp = grid ? grid->dp() : workers;          // ranks that split the batch
+  Comm& workers = *setup.workers;  // every rank that trains
   GradientSync& sync = *setup.sync;
-  const int N = dp.size(), me = dp.rank();
-  if (batch_size % N != 0)
-    throw ConfigError("train.batch_size " + std::to_string(batch_size) + " is not divisible by " +
-                      std::to_string(N) + " data-parallel ranks");
-  const int64_t local_batch = batch_size / N;
-  result.workers = N;
-
-  const bool lead = workers.rank() == 0;
+  if (!grid) {
+    grid = std::make_unique<ProcessGrid>(workers,
+                                         make_grid_shape(workers.size(), 1, 1, par.order));
+    layout.microbatch_rows = microbatch_rows(plan.batch_size, grid->shape().dp, par.m);
+  }
+  Comm& dp = grid->dp();
+  Comm& pipeline = grid->pp();
+  const int d = dp.size();
+  const int64_t local_batch = plan.batch_size / d;
+  const bool holds_loss = layout.stage == layout.stages - 1 && grid->coord().tp == 0;
+  result.workers = d;
   begin_run_files(workers, config, options.out_dir);
 
   // ---- the loop --------------------------------------------------------------
   Tracer tracer(config.get_bool("train.trace"));
-  // One origin for every rank's track: the host clock is shared, a barrier's
-  // exit is not simultaneous (as in the pipeline trainer).
-  if (tracer.enabled()) tracer.set_origin(workers.allreduce_max(now_seconds()));
+  pp::StageExecutor executor(schedule, pipeline, *model,
+                             {.tracer = &tracer,
+                              .scatter_gather = par.scatter_gather ? &grid->tp() : nullptr});
+  PipelineMeter meter(schedule, layout.stage);
   RunFiles files{options.out_dir, sync.name(), network.describe()};
-  files.rows.reserve(static_cast<size_t>(total_steps));
+  files.rows.reserve(static_cast<size_t>(plan.total_steps));
+  std::vector<AxisRow> axes;
+  axes.reserve(static_cast<size_t>(plan.total_steps));
+  int64_t tp_formula = 0;
+  for (int c = 0; c < layout.chunks; ++c) tp_formula += par.m * model->tp_allreduce_floats(c);
+  const int64_t pp_formula =
+      pp_floats_formula(*model, layout, par.scatter_gather ? grid->tp().size() : 1);
+  const int64_t dp_formula = dp_floats_formula(*model, store, grid->tp().size());
+  // One origin for every rank's track: the host clock is shared, a barrier's
+  // exit is not simultaneous.
+  if (tracer.enabled()) tracer.set_origin(workers.allreduce_max(now_seconds()));
   Batch batch;
   std::vector<int64_t> order;
   int64_t order_epoch = -1;
-  CommCounters before = sync.counters();
   double train_time = 0;
-  auto run_eval = [&](int64_t step) {
-    const EvalStats s = evaluate(*model, *data.test, dp);
-    result.test_accuracy = s.count ? static_cast<double>(s.correct) / s.count : 0.0;
-    result.test_loss = s.count ? s.loss_sum / s.count : 0.0;
-    files.evals.row({CsvWriter::num(step), CsvWriter::num(static_cast<double>(step) / steps_per_epoch),
-               CsvWriter::num(result.test_loss), CsvWriter::num(result.test_accuracy)});
-    if (lead && options.verbose) print_eval(step, result.test_loss, result.test_accuracy);
-  };
-
-  for (int64_t step = 0; step < total_steps; ++step) {
+  const bool lead = workers.rank() == 0;
+  for (int64_t step = 0; step < plan.total_steps; ++step) {
     const Stopwatch step_clock;
-    const int64_t epoch = step / steps_per_epoch, pos = step % steps_per_epoch;
+    const int64_t epoch = step / plan.steps_per_epoch, pos = step % plan.steps_per_epoch;
     if (epoch != order_epoch) {
       order = epoch_order(data.train->size(), seed, epoch);
       order_epoch = epoch;
     }
-    const auto mine = std::span<const int64_t>(order).subspan(
-        static_cast<size_t>(pos * batch_size + me * local_batch), static_cast<size_t>(local_batch));
-    data.train->gather(mine, batch);
-
+    data.train->gather(std::span<const int64_t>(order).subspan(
+                           static_cast<size_t>(pos * plan.batch_size + dp.rank() * local_batch),
+                           static_cast<size_t>(local_batch)),
+                       batch);
+    model->set_batch(batch);
     store.zero_grads();
-    double compute_s = 0, sync_s = 0, loss = 0;
-    {
-      ScopedTimer t(compute_s);
-      Tracer::Scope span(tracer, "forward+backward", "forward");
-      loss = model->forward_backward(batch, 1.0f);
-    }
+    const TpCounters tp0 = tp.counters;
+    const CommCounters tpc0 = grid->tp().counters(), pipe0 = pipeline.counters(),
+                       sync0 = sync.counters();
+    const pp::StageRun run = executor.run();
+    const TpCounters tp1 = tp.counters;
+    const CommCounters tpc1 = grid->tp().counters(), pipe1 = pipeline.counters();
+    // The finalize step: tied parameters over their pair, then the data-parallel sync.
+    double sync_s = 0;
     {
       ScopedTimer t(sync_s);
       Tracer::Scope span(tracer, "sync", "sync");
+      reduce_tied_gradients(store, tied, layout, pipeline, tied_scratch);
       sync.step(store.params(), store.grads());
+      share_tied_params(store, tied, layout, pipeline);
     }
-    const CommCounters now = sync.counters();
+    if (layout.stages > 1) meter.add(run, plan.total_steps == 1 || step > 0);
+    const CommCounters sync1 = sync.counters();
     const double step_s = step_clock.seconds();
     train_time += step_s;
-    files.rows.push_back({step + 1, static_cast<double>(step + 1) / steps_per_epoch, loss, step_s,
-                    compute_s, sync_s, now.bytes_sent - before.bytes_sent,
-                    now.bytes_recv - before.bytes_recv, now.messages_sent - before.messages_sent});
-    before = now;
+    const double loss = model->batch_loss();
+
+    AxisRow axis;
+    axis.step = step + 1;
+    axis.compute_s = run.compute_s;
+    axis.tp = tp1 - tp0;
+    axis.tp_floats_formula = tp_formula;
+    axis.tp_bytes_sent = tpc1.bytes_sent - tpc0.bytes_sent - run.gather_bytes_sent;
+    axis.tp_messages = tpc1.messages_sent - tpc0.messages_sent;
+    axis.pp_bytes_sent = pipe1.bytes_sent - pipe0.bytes_sent;
+    axis.pp_floats_sent = axis.pp_bytes_sent / static_cast<int64_t>(sizeof(float));
+    axis.pp_floats_formula = pp_formula;
+    axis.pp_gather_bytes_sent = run.gather_bytes_sent;
+    axis.pp_s = run.recv_wait_s + run.send_s + run.gather_s;
+    axis.dp_floats = static_cast<int64_t>(store.size());
+    axis.dp_floats_formula = dp_formula;
+    axis.dp_bytes_sent = sync1.bytes_sent - sync0.bytes_sent;
+    axis.dp_s = sync_s;
+    axes.push_back(axis);
+
+    files.rows.push_back(
+        {step + 1, static_cast<double>(step + 1) / plan.steps_per_epoch, loss, step_s,
+         run.compute_s, sync_s,
+         axis.tp_bytes_sent + axis.pp_bytes_sent + axis.pp_gather_bytes_sent + axis.dp_bytes_sent,
+         tpc1.bytes_recv - tpc0.bytes_recv + pipe1.bytes_recv - pipe0.bytes_recv +
+             sync1.bytes_recv - sync0.bytes_recv,
+         axis.tp_messages + pipe1.messages_sent - pipe0.messages_sent + sync1.messages_sent -
+             sync0.messages_sent});
     result.losses.push_back(loss);
 
-    const bool last = step + 1 == total_steps;
+    const bool last = step + 1 == plan.total_steps;
     if ((step + 1) % plan.log_every == 0 || last) {
-      const double mean_loss = dp.allreduce_sum(loss) / N;
+      const double mean_loss = workers.allreduce_sum(holds_loss ? loss : 0.0) / d;
       if (lead && options.verbose)
         print_progress(plan, step, mean_loss, result.test_accuracy, train_time);
       if (last) result.final_loss = mean_loss;
     }
-    if (plan.eval_after(step + 1)) run_eval(step + 1);
+    if (model->evaluates() && plan.eval_after(step + 1)) {
+      const EvalStats s = evaluate(*model, layout, *data.test, *grid, workers);
+      result.test_accuracy = s.count ? static_cast<double>(s.correct) / s.count : 0.0;
+      result.test_loss = s.count ? s.loss_sum / s.count : 0.0;
+      files.evals.row({CsvWriter::num(step + 1),
+                       CsvWriter::num(static_cast<double>(step + 1) / plan.steps_per_epoch),
+                       CsvWriter::num(result.test_loss), CsvWriter::num(result.test_accuracy)});
+      if (lead && options.verbose) print_eval(step + 1, result.test_loss, result.test_accuracy);
+    }
   }
 
-  result.steps = total_steps;
-  result.epochs = static_cast<double>(total_steps) / steps_per_epoch;
-  result.params.assign(store.params().begin(), store.params().end());
+  // ---- results: the replica's loss on every stage, the whole model ------------
+  const auto losses =
+      pipeline.allgather_bytes(std::as_bytes(std::span<const double>(result.losses)));
+  std::memcpy(result.losses.data(), losses.back().data(), result.losses.size() * sizeof(double));
+  for (size_t k = 0; k < files.rows.size(); ++k) files.rows[k].loss = result.losses[k];
+  check_tied_params(store, tied, layout, pipeline, tied_scratch);
+  result.params = gather_model(*model, store, chunk_params, layout, grid->tp(), pipeline);
+  result.steps = plan.total_steps;
+  result.epochs = static_cast<double>(plan.total_steps) / plan.steps_per_epoch;
   result.wall_s = workers.allreduce_max(wall.seconds());
-  result.samples_per_s = static_cast<double>(batch_size) * total_steps /
-                         workers.allreduce_max(train_time);
+  result.samples_per_s =
+      static_cast<double>(plan.batch_size) * plan.total_steps / workers.allreduce_max(train_time);
 
-  // ---- outputs: every rank's rows gathered to rank 0 --------------------------
+  if (layout.stages > 1) {
+    std::vector<int> layers_per_stage(static_cast<size_t>(layout.stages), 0);
+    for (int u = 0; u < layout.vstages(); ++u)
+      layers_per_stage[static_cast<size_t>(u % layout.stages)] +=
+          layout.layers[static_cast<size_t>(u)];
+    const PipelineMeter::Summary bubble =
+        meter.write(pipeline, workers, dp.rank(), grid->coord().tp, *model, layers_per_stage,
+                    options.out_dir);
+    if (lead && options.verbose)
+      std::printf("pipeline %s: bubble %.4f measured (idle share %.4f), %.4f simulated at the "
+                  "measured costs, %.4f closed form\n",
+                  pp::describe(schedule).c_str(), bubble.bubble, bubble.idle_share,
+                  bubble.bubble_sim, bubble.bubble_formula);
+  }
+  write_axes(workers, grid->shape(), grid->coord(), axes, options.out_dir);
   write_run_files(workers, world, config, files, result, tracer);
-  // Model-specific files (the GPT's tp.csv); collective, nothing without a run dir.
-  model->write_run_files(files.out_dir, workers);
   return result;
 }
 

@@ -1,12 +1,27 @@
 #pragma once
-// The one training loop. Every rank of `world` calls train(); the sync backend
-// decides which ranks are workers (all of them, except dedicated PS servers).
+// The one training loop, for every (p, t, d). Every rank of `world` calls
+// train(); the sync backend decides which ranks are workers (all of them,
+// except dedicated PS servers).
 //
-// Each step: the global batch (train.batch_size) is cut into equal contiguous
-// slices, one per data-parallel rank; each rank runs forward/backward on its
-// slice (mean loss over the slice), then GradientSync::step averages the
-// gradients over the ranks and updates the parameters. With the same seed the
-// result equals one rank training on the whole batch, up to float rounding.
+// The workers form the (p, t, d) grid (modelpar/grid.h, parallel.order).
+// Each step the global batch (train.batch_size = B) is cut into d equal
+// contiguous slices, one per data-parallel replica; each replica cuts its
+// slice into m micro-batches of b = B/(d·m) rows (parallel.microbatches),
+// and its p pipeline stages run the configured schedule on them
+// (parallel.schedule, parallel.chunks = v) with the stage executor
+// (modelpar/pp/executor.h), the t ranks of each stage running the stage's
+// tensor-parallel layers together. The m micro-batches' gradients add up to
+// the gradient of the slice's mean loss. Then the finalize step: the tied
+// parameters' gradients are reduced over their pair of stages, and each rank
+// averages its gradients over its d replicas with the configured sync backend
+// (GradientSync, the one place it is called) and steps. Data parallelism
+// alone is the case p = t = 1, m = 1. With the same seed the result equals
+// one rank training on the whole batch, up to float rounding.
+//
+// Everything that can be checked before the first step is: a grid the model
+// cannot use (p·t·d ≠ world size, t not dividing heads or d_model, p·v >
+// layers, an unknown order), a schedule that cannot run the shape, a batch
+// that d·m does not divide — each a ConfigError naming the keys and values.
 
 #include <string>
 #include <vector>
@@ -25,14 +40,14 @@ struct TrainResult {
   bool server = false;           // this rank was a dedicated PS server
   int64_t steps = 0;
   double epochs = 0;             // passes over the training set completed
-  std::vector<float> params;     // final parameters (worker ranks)
-  std::vector<double> losses;    // this rank's mean loss per step
+  std::vector<float> params;     // the whole model, in the serial model's order (worker ranks)
+  std::vector<double> losses;    // this replica's mean loss per step
   double final_loss = 0;         // global-batch mean loss of the last step
   double test_accuracy = -1;     // last evaluation (-1 = none)
   double test_loss = -1;
   double wall_s = 0;
   double samples_per_s = 0;
-  int workers = 0;               // data-parallel world size
+  int workers = 0;               // data-parallel world size d
 };
 
 TrainResult train(Comm& world, const Config& config, const TrainOptions& options = {});

@@ -1,15 +1,14 @@
 #include "workloads/gpt.h"
 
 #include <cmath>
-#include <cstdio>
+#include <cstring>
 
-#include "comm/comm.h"
-#include "core/csv.h"
 #include "core/errors.h"
 #include "core/ops.h"
-#include "core/timer.h"
 
 namespace psar {
+
+using psar::detail::concat;
 
 std::string gpt_block_name(int l) {
   std::string n = "h";  // by append: GCC 12 falsely warns (-Wrestrict) on "h" + std::to_string(l)
@@ -20,6 +19,12 @@ namespace {
 // GPT-2 scales the residual projections by 1/√(2L).
 float proj_std(const GptOptions& o) {
   return o.init_std / std::sqrt(2.0f * static_cast<float>(o.layers));
+}
+
+int64_t floats_of(std::initializer_list<const std::vector<float>*> buffers) {
+  size_t n = 0;
+  for (const auto* b : buffers) n += b->size();
+  return static_cast<int64_t>(n);
 }
 }  // namespace
 
@@ -44,52 +49,108 @@ ParallelMlpOptions gpt_mlp_options(const GptOptions& o, int l) {
 // One pre-LN transformer block: x ← x + Attn(LN1(x)); x ← x + MLP(LN2(x)).
 struct Gpt::Block {
   Block(TpGroup& tp, const GptOptions& o, int l)
-      : name(gpt_block_name(l)),
-        attn(tp, gpt_attention_options(o, l)),
-        mlp(tp, gpt_mlp_options(o, l)) {}
+      : name(gpt_block_name(l)), attn(tp, gpt_attention_options(o, l)), mlp(tp, gpt_mlp_options(o, l)) {}
 
   std::string name;
   ParallelSelfAttention attn;
   ParallelMLP mlp;
   int ln1_w = -1, ln1_b = -1, ln2_w = -1, ln2_b = -1;
-  // [B·T, d]: LN1(x), attention output, x after the attention residual, LN2 of it, MLP output
-  std::vector<float> ln1, attn_out, mid, ln2, mlp_out;
-  std::vector<float> mean1, rstd1, mean2, rstd2;  // [B·T]
+};
+
+// One block of one micro-batch, N = b·T rows: [N, d] each, [N] for the
+// layer norms' statistics.
+struct Gpt::BlockStash {
+  ParallelSelfAttention::Activations attn;
+  ParallelMLP::Activations mlp;
+  // LN1(x), attention output, x after the attention residual, LN2 of it, MLP
+  // output; the gradients at LN2's and LN1's outputs (for the weight half)
+  std::vector<float> ln1, attn_out, mid, ln2, mlp_out, dln2, dln1;
+  std::vector<float> mean1, rstd1, mean2, rstd2;
+
+  int64_t bytes() const {
+    return attn.bytes() + mlp.bytes() +
+           floats_of({&ln1, &attn_out, &mid, &ln2, &mlp_out, &dln2, &dln1, &mean1, &rstd1, &mean2,
+                      &rstd2}) *
+               static_cast<int64_t>(sizeof(float));
+  }
+};
+
+// One chunk of one micro-batch.
+struct Gpt::Stash final : pp::Activations {
+  std::vector<BlockStash> blocks;
+  // xs[j]: the residual stream entering block j; xs[n] leaves the chunk
+  std::vector<std::vector<float>> xs;
+  // The residual stream's gradient walked down the chunk; on the front chunk
+  // it ends as the gradient of x_0 (after dropout's backward).
+  std::vector<float> dres;
+  // Back: LN_f output and statistics, logits [N, V], (1/m)·∂loss/∂logits, ∂/∂xf
+  std::vector<float> xf, lnf_mean, lnf_rstd, logits, dlogits, dxf;
+  DropoutContext drop;
+
+  int64_t bytes() const override {
+    int64_t b = floats_of({&dres, &xf, &lnf_mean, &lnf_rstd, &logits, &dlogits, &dxf}) *
+                static_cast<int64_t>(sizeof(float));
+    for (const auto& x : xs) b += static_cast<int64_t>(x.size() * sizeof(float));
+    for (const auto& blk : blocks) b += blk.bytes();
+    return b;
+  }
 };
 
 Gpt::Gpt(GptOptions options, const ModelContext& context)
-    : o_(options), tp_comm_(context.tp), tp_(context.tp, context.tp_allreduce) {
+    : o_(std::move(options)), layout_(context.layout), tp_(context.tp ? context.tp : &serial_tp_) {
   if (o_.vocab < 2 || o_.seq_len < 1 || o_.layers < 1 || o_.d_model < 1)
     throw ConfigError("gpt: needs vocab >= 2, model.seq_len, model.layers and model.d_model >= 1");
   if (o_.dropout < 0.0f || o_.dropout >= 1.0f)
     throw ConfigError("model.dropout must be in [0, 1), got " + std::to_string(o_.dropout));
-  if (o_.d_model % tp_.size() != 0)
-    throw ConfigError("model.d_model = " + std::to_string(o_.d_model) +
-                      " cannot be split over parallel.tp = " + std::to_string(tp_.size()) +
-                      " ranks (d_model must be divisible by t)");
-  params_ = std::make_unique<ShardedParams>(tp_.rank(), tp_.size());
-  for (int l = 0; l < o_.layers; ++l) blocks_.push_back(std::make_unique<Block>(tp_, o_, l));
+  if (o_.d_model % tp_->size() != 0)
+    throw ConfigError(concat("model.d_model = ", o_.d_model, " cannot be split over parallel.tp = ",
+                             tp_->size(), " ranks (d_model must be divisible by t)"));
+  if (layout_.layers.empty()) layout_ = StageLayout::serial(static_cast<int>(o_.layers), 1);
+  PSAR_CHECK(static_cast<int>(layout_.layers.size()) == layout_.vstages(), "stage layout has ",
+             layout_.layers.size(), " layer counts for ", layout_.vstages(), " virtual stages");
+  params_ = std::make_unique<ShardedParams>(tp_->rank(), tp_->size());
+  block_index_.assign(static_cast<size_t>(o_.layers), -1);
+  for (int c = 0; c < layout_.chunks; ++c) {
+    const int u = layout_.vstage(c);
+    const auto [first, last] = layout_.layer_range(u);
+    PSAR_CHECK(first < last && last <= o_.layers, "virtual stage ", u, " has blocks [", first,
+               ", ", last, ") of ", o_.layers);
+    chunks_.push_back({first, last, layout_.front(c), layout_.back(c)});
+    for (int l = first; l < last; ++l) {
+      block_index_[static_cast<size_t>(l)] = static_cast<int>(blocks_.size());
+      blocks_.push_back(std::make_unique<Block>(*tp_, o_, l));
+    }
+  }
 }
 
 Gpt::~Gpt() = default;
 
-void Gpt::declare(ParamStore& store) {
+// The serial GPT's names, shapes and initializers, chunk by chunk.
+void Gpt::declare(ParamStore& store, int chunk) {
+  const Chunk& ch = chunks_.at(static_cast<size_t>(chunk));
   const int64_t d = o_.d_model;
   auto replicated = [&](const std::string& name, Shape shape, Init init) {
     return params_->add(store, name, shape, init, ShardSpec::replicated());
   };
-  wte_ = replicated("wte", {o_.vocab, d}, Init::normal(o_.init_std));
-  wpe_ = replicated("wpe", {o_.seq_len, d}, Init::normal(o_.init_std));
-  for (auto& b : blocks_) {
-    b->ln1_w = replicated(b->name + ".ln1.weight", {d}, Init::ones());
-    b->ln1_b = replicated(b->name + ".ln1.bias", {d}, Init::zeros());
-    b->attn.declare(*params_, store);
-    b->ln2_w = replicated(b->name + ".ln2.weight", {d}, Init::ones());
-    b->ln2_b = replicated(b->name + ".ln2.bias", {d}, Init::zeros());
-    b->mlp.declare(*params_, store);
+  if (ch.front) {
+    wte_ = replicated("wte", {o_.vocab, d}, Init::normal(o_.init_std));
+    wpe_ = replicated("wpe", {o_.seq_len, d}, Init::normal(o_.init_std));
   }
-  lnf_w_ = replicated("lnf.weight", {d}, Init::ones());
-  lnf_b_ = replicated("lnf.bias", {d}, Init::zeros());
+  for (int l = ch.first; l < ch.last; ++l) {
+    Block& b = *blocks_[static_cast<size_t>(block_index_[static_cast<size_t>(l)])];
+    b.ln1_w = replicated(b.name + ".ln1.weight", {d}, Init::ones());
+    b.ln1_b = replicated(b.name + ".ln1.bias", {d}, Init::zeros());
+    b.attn.declare(*params_, store);
+    b.ln2_w = replicated(b.name + ".ln2.weight", {d}, Init::ones());
+    b.ln2_b = replicated(b.name + ".ln2.bias", {d}, Init::zeros());
+    b.mlp.declare(*params_, store);
+  }
+  if (ch.back) {
+    lnf_w_ = replicated("lnf.weight", {d}, Init::ones());
+    lnf_b_ = replicated("lnf.bias", {d}, Init::zeros());
+    // The tied head: this rank's own copy of wte unless it holds the embedding too.
+    if (layout_.stage != 0) head_wte_ = replicated("wte", {o_.vocab, d}, Init::normal(o_.init_std));
+  }
 }
 
 void Gpt::bind(ParamStore& store) {
@@ -101,155 +162,250 @@ void Gpt::bind(ParamStore& store) {
   }
 }
 
-void Gpt::forward(const Batch& batch, const DropoutContext& drop) {
+std::vector<TiedParam> Gpt::tied_params() const {
+  if (layout_.stages == 1) return {};  // embedding and head on one rank: one wte
+  if (layout_.stage == 0) return {{wte_, layout_.stages - 1, false}};
+  if (layout_.stage == layout_.stages - 1) return {{head_wte_, 0, true}};
+  return {};
+}
+
+void Gpt::set_batch(const Batch& batch) {
+  if (layout_.vstages() == 1 && layout_.microbatches == 1) layout_.microbatch_rows = batch.size;
+  const int64_t rows = layout_.microbatch_rows * layout_.microbatches;
+  PSAR_CHECK(batch.size == rows, "the batch has ", batch.size, " rows, expected m·b = ", rows);
+  PSAR_CHECK(static_cast<int64_t>(batch.tokens.size()) == rows * o_.seq_len &&
+                 batch.targets.size() == batch.tokens.size(),
+             "batch holds ", batch.tokens.size(), " tokens, expected ", rows, " × ", o_.seq_len);
+  batch_ = &batch;
+  loss_ = 0;
+  ++batches_;
+}
+
+int64_t Gpt::boundary_numel(int vstage) const { return eval_numel(vstage, layout_.microbatch_rows); }
+
+int64_t Gpt::eval_numel(int, int64_t rows) const { return rows * o_.seq_len * o_.d_model; }
+
+std::unique_ptr<pp::Activations> Gpt::make_activations(int) const {
+  return std::make_unique<Stash>();
+}
+
+// Floats one micro-batch of `rows` sequences keeps on `chunk`, N = rows·T:
+//   per block   this file's seven [N, d] tensors (ln1, attn_out, mid, ln2,
+//               mlp_out, dln2, dln1) and four [N] statistics, plus the
+//               attention's and the MLP's Activations (their
+//               activation_floats: Q|K|V and its gradient, the
+//               probabilities — twice with dropout —, the context and its
+//               gradient, the output gradient; the hidden pre-activation,
+//               activation and their gradients, the output gradient)
+//   per chunk   the residual stream entering each block and leaving the
+//               last (n + 1 tensors [N, d]) and its gradient ([N, d])
+//   back        LN_f's output and its gradient ([N, d] each), its statistics
+//               ([N] each), the logits and their gradient ([N, V] each)
+int64_t Gpt::activation_floats(int chunk, int64_t rows, bool dropout) const {
+  const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  const int64_t N = rows * o_.seq_len, d = o_.d_model, n = ch.last - ch.first;
+  int64_t floats = (n + 2) * N * d;
+  for (int l = ch.first; l < ch.last; ++l) {
+    const Block& b = *blocks_[static_cast<size_t>(block_index_[static_cast<size_t>(l)])];
+    floats += 7 * N * d + 4 * N + b.attn.activation_floats(rows, dropout) +
+              b.mlp.activation_floats(N);
+  }
+  if (ch.back) floats += 2 * N * d + 2 * N + 2 * N * o_.vocab;
+  return floats;
+}
+
+int64_t Gpt::activation_bytes(int chunk) const {
+  return activation_floats(chunk, layout_.microbatch_rows, o_.dropout > 0) *
+         static_cast<int64_t>(sizeof(float));
+}
+
+// g in forward and f in backward, around attention and around the MLP:
+// 4 all-reduces of [b·T, d] per block (column_row); row_column all-reduces
+// [b·T, 4d] before GeLU in both directions instead of the MLP's [b·T, d].
+int64_t Gpt::tp_allreduce_floats(int chunk) const {
+  if (tp_->size() == 1) return 0;
+  const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  const int64_t N = layout_.microbatch_rows * o_.seq_len, d = o_.d_model;
+  const int64_t mlp = o_.split == MlpSplit::kColumnRow ? 2 * N * d : 2 * N * 4 * d;
+  return (ch.last - ch.first) * (2 * N * d + mlp);
+}
+
+void Gpt::run_forward(int chunk, Stash& s, const int32_t* tokens, const float* x, int64_t rows,
+                      const DropoutContext& drop) {
   PSAR_CHECK(store_, "gpt used before bind()");
-  const int64_t B = batch.size, T = o_.seq_len, N = B * T, d = o_.d_model, V = o_.vocab;
-  PSAR_CHECK(static_cast<int64_t>(batch.tokens.size()) == N, "batch holds ", batch.tokens.size(),
-             " tokens, expected ", B, " × ", T);
-  drop_ = drop;
+  const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  const int64_t T = o_.seq_len, N = rows * T, d = o_.d_model, V = o_.vocab;
   const size_t Nd = static_cast<size_t>(N * d);
-  x_.resize(blocks_.size() + 1);
-  for (auto& x : x_) x.resize(Nd);
+  const size_t n = static_cast<size_t>(ch.last - ch.first);
+  s.drop = drop;
+  s.xs.resize(n + 1);
+  for (auto& v : s.xs) v.resize(Nd);
+  s.dres.resize(Nd);
+  s.blocks.resize(n);
 
-  // x_0 = wte[token] + wpe[position], then dropout
-  const float* wte = store_->param(wte_).data();
-  const float* wpe = store_->param(wpe_).data();
-  for (int64_t n = 0; n < N; ++n) {
-    const int32_t tok = batch.tokens[static_cast<size_t>(n)];
-    PSAR_CHECK(tok >= 0 && tok < V, "token ", tok, " outside the vocabulary of ", V);
-    ops::add(x_[0].data() + n * d, wte + tok * d, wpe + (n % T) * d, d);
+  if (ch.front) {  // x_0 = wte[token] + wpe[position], then dropout
+    const float* wte = store_->param(wte_).data();
+    const float* wpe = store_->param(wpe_).data();
+    for (int64_t k = 0; k < N; ++k) {
+      const int32_t tok = tokens[k];
+      PSAR_CHECK(tok >= 0 && tok < V, "token ", tok, " outside the vocabulary of ", V);
+      ops::add(s.xs[0].data() + k * d, wte + tok * d, wpe + (k % T) * d, d);
+    }
+    if (drop.p > 0)
+      ops::dropout_forward(s.xs[0].data(), s.xs[0].data(), N * d, drop.p, drop.seed,
+                           drop.stream("embd_dropout"), 0);
+  } else {
+    std::memcpy(s.xs[0].data(), x, Nd * sizeof(float));
   }
-  if (drop_.p > 0)
-    ops::dropout_forward(x_[0].data(), x_[0].data(), N * d, drop_.p, drop_.seed,
-                         drop_.stream("embd_dropout"), 0);
 
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    Block& b = *blocks_[l];
-    for (auto* v : {&b.ln1, &b.attn_out, &b.mid, &b.ln2, &b.mlp_out}) v->resize(Nd);
-    for (auto* v : {&b.mean1, &b.rstd1, &b.mean2, &b.rstd2}) v->resize(static_cast<size_t>(N));
-    ops::layernorm_forward(b.ln1.data(), b.mean1.data(), b.rstd1.data(), x_[l].data(),
+  for (size_t j = 0; j < n; ++j) {
+    Block& b = *blocks_[static_cast<size_t>(block_index_[static_cast<size_t>(ch.first) + j])];
+    BlockStash& a = s.blocks[j];
+    for (auto* v : {&a.ln1, &a.attn_out, &a.mid, &a.ln2, &a.mlp_out, &a.dln2, &a.dln1})
+      v->resize(Nd);
+    for (auto* v : {&a.mean1, &a.rstd1, &a.mean2, &a.rstd2}) v->resize(static_cast<size_t>(N));
+    ops::layernorm_forward(a.ln1.data(), a.mean1.data(), a.rstd1.data(), s.xs[j].data(),
                            store_->param(b.ln1_w).data(), store_->param(b.ln1_b).data(), N, d);
-    b.attn.forward(b.attn_out.data(), b.ln1.data(), B, drop_);  // f … g inside
-    ops::add(b.mid.data(), x_[l].data(), b.attn_out.data(), N * d);
-    ops::layernorm_forward(b.ln2.data(), b.mean2.data(), b.rstd2.data(), b.mid.data(),
+    b.attn.forward(a.attn, a.attn_out.data(), a.ln1.data(), rows, drop);  // f … g inside
+    ops::add(a.mid.data(), s.xs[j].data(), a.attn_out.data(), N * d);
+    ops::layernorm_forward(a.ln2.data(), a.mean2.data(), a.rstd2.data(), a.mid.data(),
                            store_->param(b.ln2_w).data(), store_->param(b.ln2_b).data(), N, d);
-    b.mlp.forward(b.mlp_out.data(), b.ln2.data(), N, drop_);  // f … g inside
-    ops::add(x_[l + 1].data(), b.mid.data(), b.mlp_out.data(), N * d);
+    b.mlp.forward(a.mlp, a.mlp_out.data(), a.ln2.data(), N, drop);  // f … g inside
+    ops::add(s.xs[j + 1].data(), a.mid.data(), a.mlp_out.data(), N * d);
   }
 
-  xf_.resize(Nd);
-  lnf_mean_.resize(static_cast<size_t>(N));
-  lnf_rstd_.resize(static_cast<size_t>(N));
-  ops::layernorm_forward(xf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x_.back().data(),
-                         store_->param(lnf_w_).data(), store_->param(lnf_b_).data(), N, d);
-  // logits = xf·wteᵀ: [N, V] (the head is tied to the token embedding)
-  logits_.resize(static_cast<size_t>(N * V));
-  ops::gemm(false, true, N, V, d, 1.0f, xf_.data(), d, wte, d, 0.0f, logits_.data(), V);
+  if (ch.back) {  // logits = LN_f(x)·wteᵀ, the head tied to the token embedding
+    for (auto* v : {&s.xf, &s.dxf}) v->resize(Nd);
+    for (auto* v : {&s.lnf_mean, &s.lnf_rstd}) v->resize(static_cast<size_t>(N));
+    for (auto* v : {&s.logits, &s.dlogits}) v->resize(static_cast<size_t>(N * V));
+    ops::layernorm_forward(s.xf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), s.xs[n].data(),
+                           store_->param(lnf_w_).data(), store_->param(lnf_b_).data(), N, d);
+    ops::gemm(false, true, N, V, d, 1.0f, s.xf.data(), d, store_->param(head_param()).data(), d,
+              0.0f, s.logits.data(), V);
+  }
 }
 
-double Gpt::forward_backward(const Batch& batch, float grad_scale) {
-  const Stopwatch clock;
-  const TpCounters tp_before = tp_.counters;
-  const CommCounters comm_before = tp_comm_ ? tp_comm_->counters() : CommCounters{};
-  forward(batch, {o_.dropout, o_.seed, step_++});
-  const int64_t B = batch.size, T = o_.seq_len, N = B * T, d = o_.d_model, V = o_.vocab;
-  const size_t Nd = static_cast<size_t>(N * d);
-
-  // loss: mean over all B·T positions
-  dlogits_.resize(static_cast<size_t>(N * V));
-  const double loss = ops::softmax_cross_entropy(logits_.data(), batch.targets.data(), N, V,
-                                                 dlogits_.data(), grad_scale);
-  // LM head: dxf = dlogits·wte, dwte += dlogitsᵀ·xf
-  const float* wte = store_->param(wte_).data();
-  float* dwte = store_->grad(wte_).data();
-  dbuf_.resize(Nd);
-  dx_.resize(Nd);
-  ops::gemm(false, false, N, d, V, 1.0f, dlogits_.data(), V, wte, d, 0.0f, dbuf_.data(), d);
-  ops::gemm(true, false, V, d, N, 1.0f, dlogits_.data(), V, xf_.data(), d, 1.0f, dwte, d);
-  // dx_: the gradient of the residual stream, walked back through the blocks
-  ops::layernorm_backward_input(dx_.data(), dbuf_.data(), x_.back().data(),
-                                store_->param(lnf_w_).data(), lnf_mean_.data(), lnf_rstd_.data(), N,
-                                d);
-  ops::layernorm_backward_weight(store_->grad(lnf_w_).data(), store_->grad(lnf_b_).data(),
-                                 dbuf_.data(), x_.back().data(), lnf_mean_.data(), lnf_rstd_.data(),
-                                 N, d);
-
-  for (size_t l = blocks_.size(); l-- > 0;) {
-    Block& b = *blocks_[l];
-    // x_{l+1} = mid + MLP(LN2(mid)): dmid = dx + LN2ᵀ(MLPᵀ(dx))
-    b.mlp.backward_input(dbuf_.data(), dx_.data(), N);  // f all-reduces dbuf_
-    b.mlp.backward_weight(b.ln2.data(), N);
-    ops::layernorm_backward_input(dx_.data(), dbuf_.data(), b.mid.data(),
-                                  store_->param(b.ln2_w).data(), b.mean2.data(), b.rstd2.data(), N,
-                                  d, /*accumulate=*/true);
-    ops::layernorm_backward_weight(store_->grad(b.ln2_w).data(), store_->grad(b.ln2_b).data(),
-                                   dbuf_.data(), b.mid.data(), b.mean2.data(), b.rstd2.data(), N,
-                                   d);
-    // mid = x_l + Attn(LN1(x_l)): dx_l = dmid + LN1ᵀ(Attnᵀ(dmid))
-    b.attn.backward_input(dbuf_.data(), dx_.data(), B);  // f all-reduces dbuf_
-    b.attn.backward_weight(b.ln1.data(), B);
-    ops::layernorm_backward_input(dx_.data(), dbuf_.data(), x_[l].data(),
-                                  store_->param(b.ln1_w).data(), b.mean1.data(), b.rstd1.data(), N,
-                                  d, /*accumulate=*/true);
-    ops::layernorm_backward_weight(store_->grad(b.ln1_w).data(), store_->grad(b.ln1_b).data(),
-                                   dbuf_.data(), x_[l].data(), b.mean1.data(), b.rstd1.data(), N,
-                                   d);
+void Gpt::forward(int chunk, int i, pp::Activations& a, std::span<const float> x,
+                  std::span<float> y) {
+  PSAR_CHECK(batch_, "Gpt::forward before set_batch()");
+  const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  const int64_t b = layout_.microbatch_rows, T = o_.seq_len, N = b * T, V = o_.vocab;
+  PSAR_CHECK(ch.front || static_cast<int64_t>(x.size()) == N * o_.d_model, "chunk input has ",
+             x.size(), " floats");
+  Stash& s = static_cast<Stash&>(a);
+  // A fresh dropout mask per (step, micro-batch).
+  const DropoutContext drop{o_.dropout, o_.seed,
+                            (batches_ - 1) * static_cast<uint64_t>(layout_.microbatches) +
+                                static_cast<uint64_t>(i)};
+  run_forward(chunk, s, batch_->tokens.data() + i * N, x.data(), b, drop);
+  if (ch.back) {
+    // The backward starts here: dlogits = (1/m)·∂(mean loss of micro-batch i)/∂logits.
+    const float scale = 1.0f / static_cast<float>(layout_.microbatches);
+    loss_ += ops::softmax_cross_entropy(s.logits.data(), batch_->targets.data() + i * N, N, V,
+                                        s.dlogits.data(), scale) *
+             scale;
+  } else {
+    PSAR_CHECK(y.size() == s.xs.back().size(), "chunk output has ", y.size(), " floats");
+    std::memcpy(y.data(), s.xs.back().data(), y.size() * sizeof(float));
   }
-
-  // embeddings: dwte[token] += dx_0, dwpe[position] += dx_0
-  if (drop_.p > 0)
-    ops::dropout_backward(dx_.data(), dx_.data(), N * d, drop_.p, drop_.seed,
-                          drop_.stream("embd_dropout"), 0);
-  float* dwpe = store_->grad(wpe_).data();
-  for (int64_t n = 0; n < N; ++n) {
-    ops::add_inplace(dwte + batch.tokens[static_cast<size_t>(n)] * d, dx_.data() + n * d, d);
-    ops::add_inplace(dwpe + (n % T) * d, dx_.data() + n * d, d);
-  }
-
-  TpStepRow row;
-  row.step = static_cast<int64_t>(step_);
-  row.compute_s = clock.seconds();
-  row.tp = tp_.counters - tp_before;
-  if (tp_comm_) {
-    row.bytes_sent = tp_comm_->counters().bytes_sent - comm_before.bytes_sent;
-    row.messages = tp_comm_->counters().messages_sent - comm_before.messages_sent;
-  }
-  rows_.push_back(row);
-  return loss;
 }
 
-EvalStats Gpt::evaluate(const Batch& batch) {
-  forward(batch, {});  // no dropout
-  const int64_t N = batch.size * o_.seq_len;
-  EvalStats s;
-  s.count = N;
-  s.loss_sum =
-      ops::softmax_cross_entropy(logits_.data(), batch.targets.data(), N, o_.vocab, nullptr) *
-      static_cast<double>(N);
-  s.correct = ops::count_correct(logits_.data(), batch.targets.data(), N, o_.vocab);
-  return s;
+void Gpt::backward_input(int chunk, int, pp::Activations& a, std::span<const float> dy,
+                         std::span<float> dx) {
+  const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  Stash& s = static_cast<Stash&>(a);
+  const int64_t b = layout_.microbatch_rows, T = o_.seq_len, N = b * T, d = o_.d_model,
+                V = o_.vocab;
+  const size_t Nd = static_cast<size_t>(N * d), n = s.blocks.size();
+  if (ch.back) {  // dxf = dlogits·wte, then through LN_f
+    ops::gemm(false, false, N, d, V, 1.0f, s.dlogits.data(), V,
+              store_->param(head_param()).data(), d, 0.0f, s.dxf.data(), d);
+    ops::layernorm_backward_input(s.dres.data(), s.dxf.data(), s.xs[n].data(),
+                                  store_->param(lnf_w_).data(), s.lnf_mean.data(),
+                                  s.lnf_rstd.data(), N, d);
+  } else {
+    PSAR_CHECK(dy.size() == Nd, "chunk output gradient has ", dy.size(), " floats");
+    std::memcpy(s.dres.data(), dy.data(), Nd * sizeof(float));
+  }
+  for (size_t j = n; j-- > 0;) {
+    Block& blk = *blocks_[static_cast<size_t>(block_index_[static_cast<size_t>(ch.first) + j])];
+    BlockStash& bs = s.blocks[j];
+    // x_{j+1} = mid + MLP(LN2(mid)): dmid = dx + LN2ᵀ(MLPᵀ(dx))
+    blk.mlp.backward_input(bs.mlp, bs.dln2.data(), s.dres.data(), N);  // f all-reduces dln2
+    ops::layernorm_backward_input(s.dres.data(), bs.dln2.data(), bs.mid.data(),
+                                  store_->param(blk.ln2_w).data(), bs.mean2.data(),
+                                  bs.rstd2.data(), N, d, /*accumulate=*/true);
+    // mid = x_j + Attn(LN1(x_j)): dx_j = dmid + LN1ᵀ(Attnᵀ(dmid))
+    blk.attn.backward_input(bs.attn, bs.dln1.data(), s.dres.data(), b);  // f all-reduces dln1
+    ops::layernorm_backward_input(s.dres.data(), bs.dln1.data(), s.xs[j].data(),
+                                  store_->param(blk.ln1_w).data(), bs.mean1.data(),
+                                  bs.rstd1.data(), N, d, /*accumulate=*/true);
+  }
+  if (ch.front) {  // kept for the embeddings' weight gradient
+    if (s.drop.p > 0)
+      ops::dropout_backward(s.dres.data(), s.dres.data(), N * d, s.drop.p, s.drop.seed,
+                            s.drop.stream("embd_dropout"), 0);
+  } else {
+    PSAR_CHECK(dx.size() == Nd, "chunk input gradient has ", dx.size(), " floats");
+    std::memcpy(dx.data(), s.dres.data(), Nd * sizeof(float));
+  }
 }
 
-void Gpt::write_run_files(const std::string& out_dir, Comm& workers) {
-  std::string mine;
-  for (const auto& r : rows_) {
-    char buf[320];
-    std::snprintf(buf, sizeof buf, "%d,%d,%d,%ld,%.9g,%.9g,%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld\n",
-                  workers.rank(), tp_.size(), tp_.rank(), static_cast<long>(r.step), r.compute_s,
-                  r.tp.seconds, static_cast<long>(r.tp.g_forward),
-                  static_cast<long>(r.tp.f_backward), static_cast<long>(r.tp.allreduces),
-                  static_cast<long>(r.tp.allreduce_floats), static_cast<long>(r.tp.all_gathers),
-                  static_cast<long>(r.tp.all_gather_floats), static_cast<long>(r.bytes_sent),
-                  static_cast<long>(r.messages));
-    mine += buf;
+void Gpt::backward_weight(int chunk, int i, pp::Activations& a) {
+  const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  Stash& s = static_cast<Stash&>(a);
+  const int64_t b = layout_.microbatch_rows, T = o_.seq_len, N = b * T, d = o_.d_model,
+                V = o_.vocab;
+  const size_t n = s.blocks.size();
+  if (ch.back) {  // dwte += dlogitsᵀ·xf (the head's copy), and LN_f
+    ops::gemm(true, false, V, d, N, 1.0f, s.dlogits.data(), V, s.xf.data(), d, 1.0f,
+              store_->grad(head_param()).data(), d);
+    ops::layernorm_backward_weight(store_->grad(lnf_w_).data(), store_->grad(lnf_b_).data(),
+                                   s.dxf.data(), s.xs[n].data(), s.lnf_mean.data(),
+                                   s.lnf_rstd.data(), N, d);
   }
-  const auto all = workers.allgather_bytes(std::as_bytes(std::span<const char>(mine)));
-  if (workers.rank() != 0 || out_dir.empty()) return;
-  std::string csv =
-      "rank,tp,tp_rank,step,compute_s,tp_comm_s,g_forward,f_backward,allreduces,"
-      "allreduce_floats,all_gathers,all_gather_floats,tp_bytes_sent,tp_messages\n";
-  for (const auto& part : all) csv.append(reinterpret_cast<const char*>(part.data()), part.size());
-  write_file_atomic(out_dir + "/tp.csv", csv);
+  for (size_t j = n; j-- > 0;) {
+    Block& blk = *blocks_[static_cast<size_t>(block_index_[static_cast<size_t>(ch.first) + j])];
+    const BlockStash& bs = s.blocks[j];
+    blk.mlp.backward_weight(bs.mlp, bs.ln2.data(), N);
+    ops::layernorm_backward_weight(store_->grad(blk.ln2_w).data(), store_->grad(blk.ln2_b).data(),
+                                   bs.dln2.data(), bs.mid.data(), bs.mean2.data(), bs.rstd2.data(),
+                                   N, d);
+    blk.attn.backward_weight(bs.attn, bs.ln1.data(), b);
+    ops::layernorm_backward_weight(store_->grad(blk.ln1_w).data(), store_->grad(blk.ln1_b).data(),
+                                   bs.dln1.data(), s.xs[j].data(), bs.mean1.data(),
+                                   bs.rstd1.data(), N, d);
+  }
+  if (ch.front) {  // dwte[token] += dx_0, dwpe[position] += dx_0
+    float* dwte = store_->grad(wte_).data();
+    float* dwpe = store_->grad(wpe_).data();
+    const int32_t* tokens = batch_->tokens.data() + i * N;
+    for (int64_t k = 0; k < N; ++k) {
+      ops::add_inplace(dwte + tokens[k] * d, s.dres.data() + k * d, d);
+      ops::add_inplace(dwpe + (k % T) * d, s.dres.data() + k * d, d);
+    }
+  }
+}
+
+EvalStats Gpt::eval_forward(int chunk, const Batch& batch, std::span<const float> x,
+                            std::span<float> y) {
+  const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  const int64_t rows = batch.size, N = rows * o_.seq_len;
+  PSAR_CHECK(static_cast<int64_t>(batch.tokens.size()) == N, "evaluation batch holds ",
+             batch.tokens.size(), " tokens, expected ", rows, " × ", o_.seq_len);
+  Stash s;
+  run_forward(chunk, s, batch.tokens.data(), x.data(), rows, {});  // no dropout
+  EvalStats stats;
+  if (!ch.back) {
+    std::memcpy(y.data(), s.xs.back().data(), y.size() * sizeof(float));
+  } else {
+    stats.count = N;
+    stats.loss_sum = ops::softmax_cross_entropy(s.logits.data(), batch.targets.data(), N,
+                                                o_.vocab, nullptr) *
+                     static_cast<double>(N);
+    stats.correct = ops::count_correct(s.logits.data(), batch.targets.data(), N, o_.vocab);
+  }
+  return stats;
 }
 
 GptOptions gpt_options(const Config& config, const Dataset& data) {
@@ -277,8 +433,11 @@ GptOptions gpt_options(const Config& config, const Dataset& data) {
 
 std::unique_ptr<Model> make_gpt(const Config& config, const Dataset& data,
                                 const ModelContext& context) {
-  const GptOptions o = gpt_options(config, data);
-  return std::make_unique<Gpt>(o, context);
+  return std::make_unique<Gpt>(gpt_options(config, data), context);
+}
+
+int gpt_layers(const Config& config, const Dataset&) {
+  return static_cast<int>(config.get_int("model.layers"));
 }
 
 }  // namespace psar

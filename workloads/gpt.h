@@ -1,18 +1,41 @@
 #pragma once
-// A small GPT-style language model (GPT-2 layout, llm.c style) whose
-// transformer layers are tensor-parallel over the group the trainer gives it:
+// A small GPT-style language model (GPT-2 layout, llm.c style), one
+// definition for every (p, t, d):
 //
-//   tokens [B, T] ─▶ wte[token] + wpe[position] ─▶ Dropout ─▶ x_0 [B·T, d]
-//   L pre-LN blocks:  x ← x + Attention(LN1(x));  x ← x + MLP(LN2(x))
-//   LN_f ─▶ logits = x·wteᵀ [B·T, V] ─▶ cross-entropy, mean over all B·T positions
+//   front:  tokens [b, T] ─▶ wte[token] + wpe[position] ─▶ Dropout ─▶ x_0 [b·T, d]
+//   layers: L pre-LN blocks  x ← x + Attention(LN1(x));  x ← x + MLP(LN2(x))
+//   back:   LN_f ─▶ logits = x·wteᵀ [b·T, V] ─▶ cross-entropy, mean over all b·T positions
 //
-// Attention and MLP are modelpar/tp's ParallelSelfAttention and ParallelMLP:
-// 4 all-reduces of [B·T, d] per layer per forward+backward. Everything else —
-// embeddings, layer norms, the LM head — is replicated on every rank of the
-// group (their inputs and gradients are whole after g and f, so replicas stay
-// bitwise identical). The LM head is tied to the token embedding (GPT-2), and
-// not vocabulary-parallel: with a character vocabulary it is a small part of
-// the work (docs/tensor_parallel.md). At t = 1 this is the serial model.
+// Layers. The L blocks are the layers the pipeline cuts (model.h): a chunk
+// holds blocks [first, last), the front on virtual stage 0 and the back on
+// the last; every boundary carries the residual stream of one micro-batch,
+// [b·T, d], and its gradient back. The serial GPT is the one-stage case.
+//
+// Tensor parallelism. Attention and MLP are modelpar/tp's
+// ParallelSelfAttention and ParallelMLP over the TpGroup of ModelContext:
+// 4 all-reduces of [b·T, d] per block per micro-batch, forward (g) plus
+// backward (f), with the column_row split. Everything else — embeddings,
+// layer norms, the LM head — is replicated on every rank of the group
+// (their inputs and gradients are whole after g and f, so replicas stay
+// bitwise identical), and so is the residual stream a stage sends on. The
+// LM head is tied to the token embedding (GPT-2) and not vocabulary-
+// parallel: with a character vocabulary it is a small part of the work
+// (docs/tensor_parallel.md).
+//
+// The tied head. When the front and the back sit on different pipeline
+// ranks (p > 1), the back holds a copy of wte under the same name (same
+// initial values): its head's gradient lands in the copy, the embedding's in
+// the original, and the trainer reduces the two (TiedParam, model.h).
+//
+// Activations. One micro-batch's tensors on one chunk are a Gpt::Stash the
+// executor owns (stage_model.h); the modules keep none. activation_bytes()
+// predicts its size from the shapes (see activation_floats in gpt.cc).
+//
+// Dropout (model.dropout > 0) draws one fresh mask per (step, micro-batch),
+// the element's index in its micro-batch's tensor: the masks differ from the
+// serial model's with several micro-batches or data-parallel replicas
+// (modelpar/tp/dropout.h); with dropout 0 every (p, t, d) computes the
+// serial model's numbers up to float summation order.
 
 #include <memory>
 #include <string>
@@ -34,60 +57,72 @@ struct GptOptions {
   uint64_t seed = 1;  // train.seed: the shards' initial values and the dropout masks
 };
 
-// Tensor-parallel communication of one forward_backward on one rank.
-struct TpStepRow {
-  int64_t step = 0;
-  double compute_s = 0;                  // the whole forward_backward, communication included
-  TpCounters tp;                         // f/g calls, collectives, floats and seconds of this step
-  int64_t bytes_sent = 0, messages = 0;  // the TP communicator's own counters
-};
-
 class Gpt final : public Model {
  public:
-  // context.tp: the tensor-parallel group (null = serial). Throws ConfigError
-  // for sizes the group cannot split (heads % t, d_model % t).
+  // Throws ConfigError for sizes the TP group cannot split (heads % t,
+  // d_model % t) or a layer split the model does not have.
   Gpt(GptOptions options, const ModelContext& context);
   ~Gpt() override;
 
   std::string name() const override { return "gpt"; }
-  void declare(ParamStore& store) override;
+  void declare(ParamStore& store, int chunk) override;
   void bind(ParamStore& store) override;
-  double forward_backward(const Batch& batch, float grad_scale) override;
-  EvalStats evaluate(const Batch& batch) override;
-  void write_run_files(const std::string& out_dir, Comm& workers) override;
+  void set_batch(const Batch& batch) override;
+  double batch_loss() const override { return loss_; }
+  std::vector<TiedParam> tied_params() const override;
+  const ShardedParams* sharded_params() const override { return params_.get(); }
+
+  int64_t boundary_numel(int vstage) const override;
+  std::unique_ptr<pp::Activations> make_activations(int chunk) const override;
+  void forward(int chunk, int microbatch, pp::Activations& a, std::span<const float> x,
+               std::span<float> y) override;
+  void backward_input(int chunk, int microbatch, pp::Activations& a, std::span<const float> dy,
+                      std::span<float> dx) override;
+  void backward_weight(int chunk, int microbatch, pp::Activations& a) override;
+  int64_t activation_bytes(int chunk) const override;
+
+  bool evaluates() const override { return true; }
+  int64_t eval_numel(int vstage, int64_t rows) const override;
+  EvalStats eval_forward(int chunk, const Batch& batch, std::span<const float> x,
+                         std::span<float> y) override;
+  int64_t tp_allreduce_floats(int chunk) const override;
 
   const GptOptions& options() const { return o_; }
-  // Every parameter with its serial shape and split (tests slice serial
-  // gradients with it).
-  const ShardedParams& sharded_params() const { return *params_; }
-  TpGroup& tp() { return tp_; }
-  const std::vector<TpStepRow>& step_rows() const { return rows_; }
-  // [B·T, V] of the last forward.
-  const std::vector<float>& logits() const { return logits_; }
+  TpGroup& tp() { return *tp_; }
 
  private:
-  struct Block;
-  void forward(const Batch& batch, const DropoutContext& drop);
+  struct Block;       // one block's modules and parameter indices
+  struct BlockStash;  // one block's tensors of one micro-batch
+  struct Stash;       // one chunk's, of one micro-batch
+  struct Chunk {
+    int first = 0, last = 0;  // blocks [first, last)
+    bool front = false, back = false;
+  };
+
+  // Forward of `rows` sequences through `chunk` into s (tokens for the
+  // front, x otherwise; the chunk's output, or the logits, left in s).
+  void run_forward(int chunk, Stash& s, const int32_t* tokens, const float* x, int64_t rows,
+                   const DropoutContext& drop);
+  int64_t activation_floats(int chunk, int64_t rows, bool dropout) const;
+  int head_param() const { return head_wte_ >= 0 ? head_wte_ : wte_; }
 
   GptOptions o_;
-  Comm* tp_comm_ = nullptr;
-  TpGroup tp_;
+  StageLayout layout_;
+  TpGroup serial_tp_;  // the group when the context has none (t = 1)
+  TpGroup* tp_;
   std::unique_ptr<ShardedParams> params_;
-  std::vector<std::unique_ptr<Block>> blocks_;
+  std::vector<Chunk> chunks_;
+  std::vector<std::unique_ptr<Block>> blocks_;  // [l − first block of chunk 0 ...], by layer
+  std::vector<int> block_index_;                // layer l -> index into blocks_, -1 if not held
   ParamStore* store_ = nullptr;
-  int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
-  uint64_t step_ = 0;  // forward_backward calls: a fresh dropout mask each
-  DropoutContext drop_;
-  // x_[l]: [B·T, d], the residual stream entering block l; x_[L] leaves the last
-  std::vector<std::vector<float>> x_;
-  std::vector<float> xf_, lnf_mean_, lnf_rstd_, logits_;  // [B·T, d], [B·T] ×2, [B·T, V]
-  std::vector<float> dlogits_, dx_, dbuf_;                // [B·T, V], [B·T, d] ×2
-  std::vector<TpStepRow> rows_;
+  const Batch* batch_ = nullptr;
+  int wte_ = -1, wpe_ = -1, head_wte_ = -1, lnf_w_ = -1, lnf_b_ = -1;
+  uint64_t batches_ = 0;  // set_batch calls: the dropout masks' step
+  double loss_ = 0;
 };
 
 // Block l's name ("h<l>") and the options of its attention and MLP (GPT-2
-// scales the residual projections' init by 1/√(2L)): the serial GPT and its
-// pipeline stages build the same blocks.
+// scales the residual projections' init by 1/√(2L)).
 std::string gpt_block_name(int l);
 ParallelAttentionOptions gpt_attention_options(const GptOptions& o, int l);
 ParallelMlpOptions gpt_mlp_options(const GptOptions& o, int l);
@@ -98,5 +133,6 @@ GptOptions gpt_options(const Config& config, const Dataset& data);
 
 std::unique_ptr<Model> make_gpt(const Config& config, const Dataset& data,
                                 const ModelContext& context);
+int gpt_layers(const Config& config, const Dataset& data);
 
 }  // namespace psar

@@ -1,102 +1,226 @@
 #include "workloads/mlp.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "core/errors.h"
 #include "core/ops.h"
+#include "modelpar/tp/group.h"
 
 namespace psar {
 
-Mlp::Mlp(MlpOptions options) : o_(std::move(options)) {
+using psar::detail::concat;
+
+// One micro-batch on one chunk, from its forward to its weight gradient. Per
+// layer j of the chunk, [b, out_j] each: the pre-activation (none for the
+// classifier), the activation (the logits for the classifier) and the
+// gradient of the pre-activation. x: the chunk's input [b, in_0].
+struct Mlp::Stash final : pp::Activations {
+  std::vector<float> x;
+  std::vector<std::vector<float>> pre, act, dpre;
+
+  int64_t bytes() const override {
+    size_t n = x.size();
+    for (const auto* list : {&pre, &act, &dpre})
+      for (const auto& v : *list) n += v.size();
+    return static_cast<int64_t>(n * sizeof(float));
+  }
+};
+
+Mlp::Mlp(MlpOptions options, const ModelContext& context)
+    : o_(std::move(options)), layout_(context.layout) {
+  if (context.tp && context.tp->size() > 1)
+    throw ConfigError(concat("model.type mlp has no tensor-parallel layers (parallel.tp = ",
+                             context.tp->size(), "); set parallel.tp = 1"));
   widths_.push_back(o_.inputs);
   for (int64_t h : o_.hidden) {
-    if (h <= 0) throw ConfigError("model.hidden: layer widths must be positive, got " + std::to_string(h));
+    if (h <= 0) throw ConfigError(concat("model.hidden: layer widths must be positive, got ", h));
     widths_.push_back(h);
   }
   widths_.push_back(o_.classes);
+  const int L = static_cast<int>(widths_.size()) - 1;
+  if (layout_.layers.empty()) layout_ = StageLayout::serial(L, 1);
+  PSAR_CHECK(static_cast<int>(layout_.layers.size()) == layout_.vstages(), "stage layout has ",
+             layout_.layers.size(), " layer counts for ", layout_.vstages(), " virtual stages");
+  for (int c = 0; c < layout_.chunks; ++c) {
+    const auto [first, last] = layout_.layer_range(layout_.vstage(c));
+    PSAR_CHECK(first < last && last <= L, "virtual stage ", layout_.vstage(c), " has layers [",
+               first, ", ", last, ") of ", L);
+    std::vector<Layer> layers;
+    for (int l = first; l < last; ++l)
+      layers.push_back({l, widths_[static_cast<size_t>(l)], widths_[static_cast<size_t>(l) + 1],
+                        l == L - 1});
+    chunks_.push_back(std::move(layers));
+  }
 }
 
-void Mlp::declare(ParamStore& store) {
-  for (size_t l = 0; l + 1 < widths_.size(); ++l) {
-    const int64_t in = widths_[l], out = widths_[l + 1];
-    const std::string p = "fc" + std::to_string(l);
+void Mlp::declare(ParamStore& store, int chunk) {
+  for (Layer& layer : chunks_.at(static_cast<size_t>(chunk))) {
+    const std::string p = "fc" + std::to_string(layer.index);
     // He initialization for ReLU-family activations.
-    weight_ids_.push_back(store.add(p + ".weight", {in, out},
-                                    Init::normal(static_cast<float>(std::sqrt(2.0 / in)))));
-    bias_ids_.push_back(store.add(p + ".bias", {out}, Init::zeros()));
+    layer.weight = store.add(p + ".weight", {layer.in, layer.out},
+                             Init::normal(static_cast<float>(std::sqrt(2.0 / layer.in))));
+    layer.bias = store.add(p + ".bias", {layer.out}, Init::zeros());
   }
 }
 
-void Mlp::bind(ParamStore& store) { store_ = &store; }
+void Mlp::set_batch(const Batch& batch) {
+  if (layout_.vstages() == 1 && layout_.microbatches == 1) layout_.microbatch_rows = batch.size;
+  const int64_t rows = layout_.microbatch_rows * layout_.microbatches;
+  PSAR_CHECK(batch.size == rows, "the batch has ", batch.size, " rows, expected m·b = ", rows);
+  PSAR_CHECK(batch.inputs.numel() == rows * o_.inputs, "batch has ", batch.inputs.numel(),
+             " inputs, expected ", rows * o_.inputs);
+  batch_ = &batch;
+  loss_ = 0;
+}
 
-void Mlp::forward(const Batch& batch) {
+int64_t Mlp::boundary_numel(int vstage) const { return eval_numel(vstage, layout_.microbatch_rows); }
+
+int64_t Mlp::eval_numel(int vstage, int64_t rows) const {
+  return rows * widths_[static_cast<size_t>(layout_.layer_range(vstage).second)];
+}
+
+std::unique_ptr<pp::Activations> Mlp::make_activations(int) const {
+  return std::make_unique<Stash>();
+}
+
+// b·(in_0 + Σ_j out_j·3), two instead of three for the classifier.
+int64_t Mlp::activation_bytes(int chunk) const {
+  const auto& layers = chunks_[static_cast<size_t>(chunk)];
+  int64_t floats = layers.front().in;
+  for (const Layer& layer : layers) floats += layer.out * (layer.classifier ? 2 : 3);
+  return floats * layout_.microbatch_rows * static_cast<int64_t>(sizeof(float));
+}
+
+void Mlp::run_layers(int chunk, const float* x, int64_t rows, std::vector<std::vector<float>>& pre,
+                     std::vector<std::vector<float>>& act) {
   PSAR_CHECK(store_, "Mlp used before bind()");
-  const int64_t B = batch.size;
-  PSAR_CHECK(batch.inputs.numel() == B * o_.inputs, "batch has ", batch.inputs.numel(),
-             " inputs, expected ", B * o_.inputs);
-  const size_t L = widths_.size() - 1;
-  pre_.resize(L);
-  acts_.resize(L);
-  const float* h = batch.inputs.data();
-  for (size_t l = 0; l < L; ++l) {
-    const int64_t in = widths_[l], out = widths_[l + 1];
-    if (pre_[l].numel() != B * out) pre_[l].resize({B, out});
-    if (acts_[l].numel() != B * out) acts_[l].resize({B, out});
-    Tensor W = store_->param(weight_ids_[l]), b = store_->param(bias_ids_[l]);
-    const bool last = l + 1 == L;
-    float* z = last ? acts_[l].data() : pre_[l].data();
-    ops::linear_forward(z, h, W.data(), b.data(), B, in, out);
-    if (!last) {
-      if (o_.gelu) ops::gelu_forward(acts_[l].data(), z, B * out);
-      else ops::relu_forward(acts_[l].data(), z, B * out);
+  const float* h = x;
+  const auto& layers = chunks_[static_cast<size_t>(chunk)];
+  for (size_t j = 0; j < layers.size(); ++j) {
+    const Layer& L = layers[j];
+    // z = h·W + b: [rows, out]; the classifier writes its logits straight into act.
+    float* z = L.classifier ? act[j].data() : pre[j].data();
+    ops::linear_forward(z, h, store_->param(L.weight).data(), store_->param(L.bias).data(), rows,
+                        L.in, L.out);
+    if (!L.classifier) {
+      if (o_.gelu) ops::gelu_forward(act[j].data(), z, rows * L.out);
+      else ops::relu_forward(act[j].data(), z, rows * L.out);
     }
-    h = acts_[l].data();
+    h = act[j].data();
   }
 }
 
-double Mlp::forward_backward(const Batch& batch, float grad_scale) {
-  forward(batch);
-  const int64_t B = batch.size;
-  const size_t L = widths_.size() - 1;
-  // dcur_: gradient w.r.t. the current layer's output, [B, out]
-  dcur_.resize({B, o_.classes});
-  const double loss = ops::softmax_cross_entropy(acts_[L - 1].data(), batch.targets.data(), B,
-                                                 o_.classes, dcur_.data(), grad_scale);
-  for (size_t l = L; l-- > 0;) {
-    const int64_t in = widths_[l], out = widths_[l + 1];
-    const float* h_in = l == 0 ? batch.inputs.data() : acts_[l - 1].data();
-    Tensor W = store_->param(weight_ids_[l]);
-    ops::linear_backward_weight(store_->grad(weight_ids_[l]).data(),
-                                store_->grad(bias_ids_[l]).data(), dcur_.data(), h_in, B, in, out);
-    if (l == 0) break;  // no gradient w.r.t. the data
-    dprev_.resize({B, in});
-    ops::linear_backward_input(dprev_.data(), dcur_.data(), W.data(), B, in, out);
-    // Through the activation of layer l-1 (its pre-activation is pre_[l-1]).
-    if (o_.gelu) ops::gelu_backward(dprev_.data(), dprev_.data(), pre_[l - 1].data(), B * in);
-    else ops::relu_backward(dprev_.data(), dprev_.data(), pre_[l - 1].data(), B * in);
-    std::swap(dcur_, dprev_);
+void Mlp::forward(int chunk, int i, pp::Activations& a, std::span<const float> x,
+                  std::span<float> y) {
+  PSAR_CHECK(batch_, "Mlp::forward before set_batch()");
+  const int64_t b = layout_.microbatch_rows;
+  const auto& layers = chunks_[static_cast<size_t>(chunk)];
+  Stash& s = static_cast<Stash&>(a);
+  const bool front = layout_.front(chunk);
+  const float* in = front ? batch_->inputs.data() + i * b * o_.inputs : x.data();
+  PSAR_CHECK(front || static_cast<int64_t>(x.size()) == b * layers.front().in, "chunk input has ",
+             x.size(), " floats");
+  s.x.assign(in, in + b * layers.front().in);
+  s.pre.resize(layers.size());
+  s.act.resize(layers.size());
+  s.dpre.resize(layers.size());
+  for (size_t j = 0; j < layers.size(); ++j) {
+    const auto n = static_cast<size_t>(b * layers[j].out);
+    s.pre[j].resize(layers[j].classifier ? 0 : n);
+    s.act[j].resize(n);
+    s.dpre[j].resize(n);
   }
-  return loss;
+  run_layers(chunk, s.x.data(), b, s.pre, s.act);
+  if (layout_.back(chunk)) {
+    // The backward starts here: dlogits = (1/m)·∂(mean loss of micro-batch i)/∂logits.
+    const float scale = 1.0f / static_cast<float>(layout_.microbatches);
+    loss_ += ops::softmax_cross_entropy(s.act.back().data(), batch_->targets.data() + i * b, b,
+                                        o_.classes, s.dpre.back().data(), scale) *
+             scale;
+  } else {
+    PSAR_CHECK(y.size() == s.act.back().size(), "chunk output has ", y.size(), " floats");
+    std::memcpy(y.data(), s.act.back().data(), y.size() * sizeof(float));
+  }
 }
 
-EvalStats Mlp::evaluate(const Batch& batch) {
-  forward(batch);
-  const float* logits = acts_.back().data();
+void Mlp::backward_input(int chunk, int, pp::Activations& a, std::span<const float> dy,
+                         std::span<float> dx) {
+  const int64_t b = layout_.microbatch_rows;
+  const auto& layers = chunks_[static_cast<size_t>(chunk)];
+  Stash& s = static_cast<Stash&>(a);
+  const size_t top = layers.size() - 1;
+  // The gradient of the top layer's pre-activation: from the loss (already in
+  // dpre) on the back, through the activation elsewhere.
+  if (!layers[top].classifier) {
+    PSAR_CHECK(dy.size() == s.act[top].size(), "chunk output gradient has ", dy.size(), " floats");
+    const int64_t n = b * layers[top].out;
+    if (o_.gelu) ops::gelu_backward(s.dpre[top].data(), dy.data(), s.pre[top].data(), n);
+    else ops::relu_backward(s.dpre[top].data(), dy.data(), s.pre[top].data(), n);
+  }
+  for (size_t j = top + 1; j-- > 0;) {
+    const Layer& L = layers[j];
+    const float* W = store_->param(L.weight).data();
+    if (j == 0) {
+      if (!layout_.front(chunk))  // the data needs no gradient
+        ops::linear_backward_input(dx.data(), s.dpre[0].data(), W, b, L.in, L.out);
+      break;
+    }
+    // Into layer j−1's pre-activation gradient, then through its activation, in place.
+    float* d = s.dpre[j - 1].data();
+    ops::linear_backward_input(d, s.dpre[j].data(), W, b, L.in, L.out);
+    if (o_.gelu) ops::gelu_backward(d, d, s.pre[j - 1].data(), b * L.in);
+    else ops::relu_backward(d, d, s.pre[j - 1].data(), b * L.in);
+  }
+}
+
+void Mlp::backward_weight(int chunk, int, pp::Activations& a) {
+  const int64_t b = layout_.microbatch_rows;
+  const auto& layers = chunks_[static_cast<size_t>(chunk)];
+  const Stash& s = static_cast<const Stash&>(a);
+  for (size_t j = 0; j < layers.size(); ++j) {
+    const Layer& L = layers[j];
+    const float* h_in = j == 0 ? s.x.data() : s.act[j - 1].data();
+    ops::linear_backward_weight(store_->grad(L.weight).data(), store_->grad(L.bias).data(),
+                                s.dpre[j].data(), h_in, b, L.in, L.out);
+  }
+}
+
+EvalStats Mlp::eval_forward(int chunk, const Batch& batch, std::span<const float> x,
+                            std::span<float> y) {
+  const int64_t rows = batch.size;
+  const auto& layers = chunks_[static_cast<size_t>(chunk)];
+  std::vector<std::vector<float>> pre(layers.size()), act(layers.size());
+  for (size_t j = 0; j < layers.size(); ++j) {
+    pre[j].resize(static_cast<size_t>(rows * layers[j].out));
+    act[j].resize(static_cast<size_t>(rows * layers[j].out));
+  }
+  run_layers(chunk, layout_.front(chunk) ? batch.inputs.data() : x.data(), rows, pre, act);
   EvalStats s;
-  s.count = batch.size;
-  s.loss_sum = ops::softmax_cross_entropy(logits, batch.targets.data(), batch.size, o_.classes,
-                                          nullptr) * static_cast<double>(batch.size);
-  s.correct = ops::count_correct(logits, batch.targets.data(), batch.size, o_.classes);
+  if (!layout_.back(chunk)) {
+    std::memcpy(y.data(), act.back().data(), y.size() * sizeof(float));
+    return s;
+  }
+  const float* logits = act.back().data();
+  s.count = rows;
+  s.loss_sum = ops::softmax_cross_entropy(logits, batch.targets.data(), rows, o_.classes, nullptr) *
+               static_cast<double>(rows);
+  s.correct = ops::count_correct(logits, batch.targets.data(), rows, o_.classes);
   return s;
 }
 
-std::unique_ptr<Model> make_mlp(const Config& config, const Dataset& data, const ModelContext&) {
+int mlp_layers(const Config& config, const Dataset&) {
+  return static_cast<int>(config.get_int_list("model.hidden").size()) + 1;
+}
+
+std::unique_ptr<Model> make_mlp(const Config& config, const Dataset& data,
+                                const ModelContext& context) {
   MlpOptions o;
   o.inputs = data.features();
   o.classes = data.classes();
   o.hidden = config.get_int_list("model.hidden");
   o.gelu = config.get_string("model.activation") == "gelu";
-  return std::make_unique<Mlp>(o);
+  return std::make_unique<Mlp>(o, context);
 }
 
 }  // namespace psar

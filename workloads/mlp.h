@@ -1,6 +1,15 @@
 #pragma once
-// MLP classifier: Linear → act → … → Linear → softmax cross-entropy.
+// MLP classifier, one definition for the serial model and every pipeline cut
+// (model.h): layer l is Linear(widths[l] → widths[l+1]) followed by the
+// activation, except the last (the classifier), whose logits feed softmax
+// cross-entropy on the back: L = len(model.hidden) + 1 layers, parameters
+// fc{l}.weight [in, out] and fc{l}.bias [out]. The front is reading the
+// micro-batch's features. A chunk passes the activated output of its top
+// layer on, [b, widths[last + 1]], gets back its gradient, and applies its
+// own activation's backward. No tensor-parallel layers: parallel.tp > 1 is a
+// ConfigError.
 
+#include <memory>
 #include <vector>
 
 #include "workloads/model.h"
@@ -16,27 +25,52 @@ struct MlpOptions {
 
 class Mlp final : public Model {
  public:
-  explicit Mlp(MlpOptions options);
+  Mlp(MlpOptions options, const ModelContext& context);
+
   std::string name() const override { return "mlp"; }
-  void declare(ParamStore& store) override;
-  void bind(ParamStore& store) override;
-  double forward_backward(const Batch& batch, float grad_scale) override;
-  EvalStats evaluate(const Batch& batch) override;
+  void declare(ParamStore& store, int chunk) override;
+  void bind(ParamStore& store) override { store_ = &store; }
+  void set_batch(const Batch& batch) override;
+  double batch_loss() const override { return loss_; }
+
+  int64_t boundary_numel(int vstage) const override;
+  std::unique_ptr<pp::Activations> make_activations(int chunk) const override;
+  void forward(int chunk, int microbatch, pp::Activations& a, std::span<const float> x,
+               std::span<float> y) override;
+  void backward_input(int chunk, int microbatch, pp::Activations& a, std::span<const float> dy,
+                      std::span<float> dx) override;
+  void backward_weight(int chunk, int microbatch, pp::Activations& a) override;
+  int64_t activation_bytes(int chunk) const override;
+
+  bool evaluates() const override { return true; }
+  int64_t eval_numel(int vstage, int64_t rows) const override;
+  EvalStats eval_forward(int chunk, const Batch& batch, std::span<const float> x,
+                         std::span<float> y) override;
 
  private:
-  // Runs the layers on batch.inputs; leaves logits in acts_.back().
-  void forward(const Batch& batch);
+  struct Layer {
+    int index = 0;  // l in the model
+    int64_t in = 0, out = 0;
+    bool classifier = false;  // the last layer: no activation, logits
+    int weight = -1, bias = -1;
+  };
+  struct Stash;
+
+  // Layers of `chunk` on `rows` rows of x into pre/act (sized by the caller).
+  void run_layers(int chunk, const float* x, int64_t rows, std::vector<std::vector<float>>& pre,
+                  std::vector<std::vector<float>>& act);
 
   MlpOptions o_;
-  std::vector<int64_t> widths_;  // inputs, hidden..., classes
-  std::vector<int> weight_ids_, bias_ids_;
+  StageLayout layout_;
+  std::vector<int64_t> widths_;             // inputs, hidden..., classes
+  std::vector<std::vector<Layer>> chunks_;  // [chunk] -> its layers, bottom up
   ParamStore* store_ = nullptr;
-  // Per layer l: pre_[l] = h_{l-1}·W_l + b_l: [B, widths_[l+1]]; acts_[l] = act(pre_[l])
-  // (for the last layer acts_ holds the logits).
-  std::vector<Tensor> pre_, acts_;
-  Tensor dcur_, dprev_;
+  const Batch* batch_ = nullptr;
+  double loss_ = 0;
 };
 
-std::unique_ptr<Model> make_mlp(const Config& config, const Dataset& data, const ModelContext&);
+std::unique_ptr<Model> make_mlp(const Config& config, const Dataset& data,
+                                const ModelContext& context);
+int mlp_layers(const Config& config, const Dataset& data);
 
 }  // namespace psar

@@ -1,7 +1,10 @@
+// The registry of models, StageLayout's helpers, and the serial case.
+
 #include "core/errors.h"
 #include "workloads/gpt.h"
 #include "workloads/mlp.h"
 #include "workloads/model.h"
+#include "workloads/synthetic_stages.h"
 #include "workloads/text_data.h"
 
 namespace psar {
@@ -9,20 +12,63 @@ namespace psar {
 namespace {
 // Adding a model: its own file and one line here.
 constexpr ModelEntry kModels[] = {
-    {"mlp", &make_mlp},
-    {"gpt", &make_gpt},
+    {"mlp", &mlp_layers, &make_mlp},
+    {"gpt", &gpt_layers, &make_gpt},
+    {"synthetic_stages", &synthetic_layers, &make_synthetic_stages},
 };
+
+const ModelEntry& find(const Config& config) {
+  const std::string type = config.get_string("model.type");
+  for (const auto& m : kModels)
+    if (type == m.name) return m;
+  std::string known;
+  for (const auto& m : kModels) known += (known.empty() ? "" : ", ") + std::string(m.name);
+  throw ConfigError("model.type: '" + type + "' is not a model (known: " + known + ")");
+}
 }  // namespace
+
+StageLayout StageLayout::serial(int layers, int64_t rows) {
+  StageLayout s;
+  s.microbatch_rows = rows;
+  s.layers = {layers};
+  return s;
+}
+
+std::pair<int, int> StageLayout::layer_range(int vstage) const {
+  int first = 0;
+  for (int u = 0; u < vstage; ++u) first += layers.at(static_cast<size_t>(u));
+  return {first, first + layers.at(static_cast<size_t>(vstage))};
+}
+
+int64_t Model::eval_numel(int, int64_t) const {
+  throw ConfigError(name() + ": no evaluation pass");
+}
+
+EvalStats Model::eval_forward(int, const Batch&, std::span<const float>, std::span<float>) {
+  throw ConfigError(name() + ": no evaluation pass");
+}
+
+int model_layers(const Config& config, const Dataset& data) {
+  return find(config).layers(config, data);
+}
 
 std::unique_ptr<Model> make_model(const Config& config, const Dataset& data,
                                   const ModelContext& context) {
-  const std::string type = config.get_string("model.type");
-  for (const auto& m : kModels)
-    if (type == m.name) return m.make(config, data, context);
-  std::string known;
-  for (const auto& m : kModels) known += (known.empty() ? "" : ", ") + std::string(m.name);
-  throw ConfigError("model.type: '" + type + "' is not available in `psar train` (known: " +
-                    known + ")");
+  return find(config).make(config, data, context);
+}
+
+void build_params(Model& model, ParamStore& store, int chunks, uint64_t seed) {
+  for (int c = 0; c < chunks; ++c) model.declare(store, c);
+  store.finalize(seed);
+  model.bind(store);
+}
+
+double forward_backward(Model& model, const Batch& batch) {
+  model.set_batch(batch);
+  const auto stash = model.make_activations(0);
+  model.forward(0, 0, *stash, {}, {});
+  model.backward(0, 0, *stash, {}, {});
+  return model.batch_loss();
 }
 
 DatasetPair load_dataset(const Config& config) {

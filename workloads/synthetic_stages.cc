@@ -7,6 +7,7 @@
 
 #include "core/errors.h"
 #include "core/timer.h"
+#include "modelpar/tp/group.h"
 
 namespace psar {
 
@@ -41,8 +42,23 @@ void check_value(const char* what, int vstage, int microbatch, float got, double
 
 }  // namespace
 
-SyntheticStages::SyntheticStages(SyntheticStagesOptions options, StageLayout layout)
-    : o_(options), layout_(std::move(layout)) {
+// One tensor of activation_bytes per layer of the chunk; the first holds the
+// chunk's input (its tag checked again in the backward).
+struct SyntheticStages::Stash final : pp::Activations {
+  std::vector<std::vector<float>> layers;
+  int64_t bytes() const override {
+    size_t n = 0;
+    for (const auto& t : layers) n += t.size();
+    return static_cast<int64_t>(n * sizeof(float));
+  }
+};
+
+SyntheticStages::SyntheticStages(SyntheticStagesOptions options, const ModelContext& context)
+    : o_(options), layout_(context.layout) {
+  if (context.tp && context.tp->size() > 1)
+    throw ConfigError(concat("model.type synthetic_stages has no tensor-parallel layers "
+                             "(parallel.tp = ", context.tp->size(), "); set parallel.tp = 1"));
+  if (layout_.layers.empty()) layout_ = StageLayout::serial(o_.layers, 1);
   if (o_.layers < 1) throw ConfigError(concat("model.layers must be at least 1, got ", o_.layers));
   if (o_.activation_bytes < static_cast<int64_t>(sizeof(float)))
     throw ConfigError(concat("model.activation_bytes must be at least 4 bytes, got ",
@@ -51,7 +67,10 @@ SyntheticStages::SyntheticStages(SyntheticStagesOptions options, StageLayout lay
     if (!(t >= 0)) throw ConfigError(concat("synthetic_stages: layer times must be >= 0, got ", t));
   numel_ = (o_.activation_bytes + static_cast<int64_t>(sizeof(float)) - 1) /
            static_cast<int64_t>(sizeof(float));
-  stash_.resize(static_cast<size_t>(layout_.chunks * layout_.microbatches));
+}
+
+std::unique_ptr<pp::Activations> SyntheticStages::make_activations(int) const {
+  return std::make_unique<Stash>();
 }
 
 int SyntheticStages::layers_of(int chunk) const {
@@ -59,7 +78,7 @@ int SyntheticStages::layers_of(int chunk) const {
   return last - first;
 }
 
-int64_t SyntheticStages::stash_bytes(int chunk) const {
+int64_t SyntheticStages::activation_bytes(int chunk) const {
   return layers_of(chunk) * numel_ * static_cast<int64_t>(sizeof(float));
 }
 
@@ -72,18 +91,16 @@ void SyntheticStages::declare(ParamStore& store, int chunk) {
   }
 }
 
-std::vector<std::vector<float>>& SyntheticStages::slot(int chunk, int microbatch) {
-  return stash_[static_cast<size_t>(chunk * layout_.microbatches + microbatch)];
-}
-
-void SyntheticStages::forward(int chunk, int i, std::span<const float> x, std::span<float> y) {
+void SyntheticStages::forward(int chunk, int i, pp::Activations& a, std::span<const float> x,
+                              std::span<float> y) {
   const double start = now_seconds();
   const int u = layout_.vstage(chunk);
   const auto [first, last] = layout_.layer_range(u);
-  auto& s = slot(chunk, i);
-  PSAR_CHECK(s.empty(), "micro-batch ", i, " runs forward twice on chunk ", chunk);
+  auto& s = static_cast<Stash&>(a).layers;
+  s.resize(static_cast<size_t>(last - first));
+  for (auto& t : s) t.resize(static_cast<size_t>(numel_));
   // Layer `first`'s stored input: the received activation, or micro-batch i's own.
-  std::vector<float> input(static_cast<size_t>(numel_));
+  std::vector<float>& input = s.front();
   if (u == 0) {
     std::fill(input.begin(), input.end(), static_cast<float>(i));
   } else {
@@ -95,20 +112,14 @@ void SyntheticStages::forward(int chunk, int i, std::span<const float> x, std::s
     std::memcpy(y.data(), input.data(), y.size() * sizeof(float));
     y[0] = static_cast<float>(i + last);
   }
-  s.push_back(std::move(input));
-  for (int l = first + 1; l < last; ++l) s.emplace_back(static_cast<size_t>(numel_));
-  live_ += 1;
-  for (const auto& t : s) live_bytes_ += static_cast<int64_t>(t.capacity() * sizeof(float));
   wait_until(start, (last - first) * o_.forward_s);
 }
 
-void SyntheticStages::input_gradient(int chunk, int i, std::span<const float> dy,
+void SyntheticStages::input_gradient(int chunk, int i, const Stash& s, std::span<const float> dy,
                                      std::span<float> dx) {
   const int u = layout_.vstage(chunk);
   const auto [first, last] = layout_.layer_range(u);
-  const auto& s = slot(chunk, i);
-  PSAR_CHECK(!s.empty(), "backward of micro-batch ", i, " on chunk ", chunk, " before its forward");
-  check_value("stashed activation", u, i, s.front()[0], i + first);
+  check_value("stashed activation", u, i, s.layers.front()[0], i + first);
   if (u + 1 < layout_.vstages()) {
     PSAR_CHECK(static_cast<int64_t>(dy.size()) == numel_, "gradient has ", dy.size(), " floats");
     check_value("gradient", u, i, dy[0], -(i + 1.0) - (o_.layers - last));
@@ -120,34 +131,30 @@ void SyntheticStages::input_gradient(int chunk, int i, std::span<const float> dy
   }
 }
 
-void SyntheticStages::weight_gradient(int chunk, int i) {
-  auto& s = slot(chunk, i);
-  PSAR_CHECK(!s.empty(), "weight gradient of micro-batch ", i, " on chunk ", chunk,
-             " before its forward");
+void SyntheticStages::weight_gradient(int chunk) {
   const float share = 1.0f / static_cast<float>(layout_.microbatches);
-  for (int j = 0; j < layers_of(chunk); ++j) store_->grad(params_[static_cast<size_t>(chunk)] + j)[0] += share;
-  for (const auto& t : s) live_bytes_ -= static_cast<int64_t>(t.capacity() * sizeof(float));
-  live_ -= 1;
-  std::vector<std::vector<float>>().swap(s);
+  for (int j = 0; j < layers_of(chunk); ++j)
+    store_->grad(params_[static_cast<size_t>(chunk)] + j)[0] += share;
 }
 
-void SyntheticStages::backward_input(int chunk, int i, std::span<const float> dy,
-                                     std::span<float> dx) {
+void SyntheticStages::backward_input(int chunk, int i, pp::Activations& a,
+                                     std::span<const float> dy, std::span<float> dx) {
   const double start = now_seconds();
-  input_gradient(chunk, i, dy, dx);
+  input_gradient(chunk, i, static_cast<const Stash&>(a), dy, dx);
   wait_until(start, layers_of(chunk) * o_.backward_s);
 }
 
-void SyntheticStages::backward_weight(int chunk, int i) {
+void SyntheticStages::backward_weight(int chunk, int, pp::Activations&) {
   const double start = now_seconds();
-  weight_gradient(chunk, i);
+  weight_gradient(chunk);
   wait_until(start, layers_of(chunk) * o_.weight_grad_s);
 }
 
-void SyntheticStages::backward(int chunk, int i, std::span<const float> dy, std::span<float> dx) {
+void SyntheticStages::backward(int chunk, int i, pp::Activations& a, std::span<const float> dy,
+                               std::span<float> dx) {
   const double start = now_seconds();
-  input_gradient(chunk, i, dy, dx);
-  weight_gradient(chunk, i);
+  input_gradient(chunk, i, static_cast<const Stash&>(a), dy, dx);
+  weight_gradient(chunk);
   wait_until(start, layers_of(chunk) * (o_.backward_s + o_.weight_grad_s));
 }
 
@@ -155,15 +162,15 @@ int synthetic_layers(const Config& config, const Dataset&) {
   return static_cast<int>(config.get_int("model.layers"));
 }
 
-std::unique_ptr<PipelineStages> make_synthetic_stages(const Config& config, const Dataset&,
-                                                      const StageLayout& layout) {
+std::unique_ptr<Model> make_synthetic_stages(const Config& config, const Dataset&,
+                                             const ModelContext& context) {
   SyntheticStagesOptions o;
   o.layers = static_cast<int>(config.get_int("model.layers"));
   o.forward_s = config.get_duration("model.forward_time");
   o.backward_s = config.get_duration("model.backward_time");
   o.weight_grad_s = config.get_duration("model.weight_grad_time");
   o.activation_bytes = config.get_bytes("model.activation_bytes");
-  return std::make_unique<SyntheticStages>(o, layout);
+  return std::make_unique<SyntheticStages>(o, context);
 }
 
 }  // namespace psar

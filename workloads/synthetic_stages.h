@@ -13,14 +13,15 @@
 // layer l holds i + l, and of its gradient −(i + 1) − (L − l); every chunk
 // verifies what it received, so a transfer delivered to the wrong action is
 // a DataError, not a silently wrong measurement. Each layer stashes one
-// activation (activation_bytes) from its forward to its weight gradient, and
-// owns one parameter, layer{l}.weight [1], whose gradient grows by 1/m per
-// weight-gradient action: 1 per batch when every micro-batch ran.
+// activation (activation_bytes) from its forward to its weight gradient, in
+// the Activations the executor owns, and owns one parameter,
+// layer{l}.weight [1], whose gradient grows by 1/m per weight-gradient
+// action: 1 per batch when every micro-batch ran. No tensor-parallel layers.
 
 #include <memory>
 #include <vector>
 
-#include "workloads/pipeline_stages.h"
+#include "workloads/model.h"
 
 namespace psar {
 
@@ -32,9 +33,9 @@ struct SyntheticStagesOptions {
   int64_t activation_bytes = 64 << 10;  // rounded up to whole floats
 };
 
-class SyntheticStages final : public PipelineStages {
+class SyntheticStages final : public Model {
  public:
-  SyntheticStages(SyntheticStagesOptions options, StageLayout layout);
+  SyntheticStages(SyntheticStagesOptions options, const ModelContext& context);
 
   std::string name() const override { return "synthetic_stages"; }
   void declare(ParamStore& store, int chunk) override;
@@ -43,35 +44,33 @@ class SyntheticStages final : public PipelineStages {
   double batch_loss() const override { return 0; }
 
   int64_t boundary_numel(int) const override { return numel_; }
-  void forward(int chunk, int microbatch, std::span<const float> x, std::span<float> y) override;
-  void backward_input(int chunk, int microbatch, std::span<const float> dy,
+  std::unique_ptr<pp::Activations> make_activations(int chunk) const override;
+  void forward(int chunk, int microbatch, pp::Activations& a, std::span<const float> x,
+               std::span<float> y) override;
+  void backward_input(int chunk, int microbatch, pp::Activations& a, std::span<const float> dy,
                       std::span<float> dx) override;
-  void backward_weight(int chunk, int microbatch) override;
-  void backward(int chunk, int microbatch, std::span<const float> dy,
+  void backward_weight(int chunk, int microbatch, pp::Activations& a) override;
+  void backward(int chunk, int microbatch, pp::Activations& a, std::span<const float> dy,
                 std::span<float> dx) override;
-  int live_activations() const override { return live_; }
-  int64_t live_activation_bytes() const override { return live_bytes_; }
-  int64_t stash_bytes(int chunk) const override;
+  int64_t activation_bytes(int chunk) const override;
 
  private:
+  struct Stash;
   int layers_of(int chunk) const;
-  std::vector<std::vector<float>>& slot(int chunk, int microbatch);
   // The input-gradient work, without the wait.
-  void input_gradient(int chunk, int microbatch, std::span<const float> dy, std::span<float> dx);
-  void weight_gradient(int chunk, int microbatch);
+  void input_gradient(int chunk, int microbatch, const Stash& s, std::span<const float> dy,
+                      std::span<float> dx);
+  void weight_gradient(int chunk);
 
   SyntheticStagesOptions o_;
   StageLayout layout_;
   int64_t numel_ = 0;
   std::vector<int> params_;  // [chunk] -> index of its first layer's parameter
   ParamStore* store_ = nullptr;
-  std::vector<std::vector<std::vector<float>>> stash_;  // [chunk · m + i] -> one tensor per layer
-  int live_ = 0;
-  int64_t live_bytes_ = 0;
 };
 
-std::unique_ptr<PipelineStages> make_synthetic_stages(const Config& config, const Dataset& data,
-                                                      const StageLayout& layout);
+std::unique_ptr<Model> make_synthetic_stages(const Config& config, const Dataset& data,
+                                             const ModelContext& context);
 int synthetic_layers(const Config& config, const Dataset& data);
 
 }  // namespace psar

@@ -70,8 +70,9 @@ int64_t transfer_numel(const StageModel& model, const Transfer& t) {
 int64_t predicted_peak_bytes(const Schedule& s, int stage, const StageModel& model) {
   int64_t live = 0, peak = 0;
   for (const Action& a : s.actions.at(static_cast<size_t>(stage))) {
-    if (a.op == Op::kForward) peak = std::max(peak, live += model.stash_bytes(a.chunk));
-    if (a.op == Op::kBackward || a.op == Op::kBackwardWeight) live -= model.stash_bytes(a.chunk);
+    if (a.op == Op::kForward) peak = std::max(peak, live += model.activation_bytes(a.chunk));
+    if (a.op == Op::kBackward || a.op == Op::kBackwardWeight)
+      live -= model.activation_bytes(a.chunk);
   }
   return peak;
 }
@@ -80,6 +81,10 @@ StageExecutor::StageExecutor(Schedule schedule, Comm& pipeline, StageModel& mode
                              ExecutorOptions options)
     : schedule_(std::move(schedule)), comm_(pipeline), model_(model), options_(options),
       stage_(pipeline.rank()) {
+  if (options_.scatter_gather && options_.scatter_gather->size() > 1) {
+    gather_comm_ = options_.scatter_gather;
+    gather_ = std::make_unique<RingAllGather>();
+  }
   if (schedule_.stages != pipeline.size())
     throw ConfigError(concat(describe(schedule_), ": the schedule has ", schedule_.stages,
                              " stages but the pipeline group has ", pipeline.size(), " ranks"));
@@ -97,6 +102,11 @@ StageExecutor::StageExecutor(Schedule schedule, Comm& pipeline, StageModel& mode
       throw ConfigError(concat(describe(schedule_), ": the model's boundary after virtual stage ",
                                std::min(t->from_vstage, t->to_vstage), " has ", numel,
                                " floats; activations must not be empty"));
+    if (gather_comm_ && numel % gather_comm_->size() != 0)
+      throw ConfigError(concat(describe(schedule_), ": parallel.scatter_gather cuts the ", numel,
+                               "-float activation after virtual stage ",
+                               std::min(t->from_vstage, t->to_vstage), " into ",
+                               gather_comm_->size(), " equal slices, which it is not"));
     index = static_cast<int>(buffers_.size());
     buffers_.emplace_back(static_cast<size_t>(numel));
   };
@@ -104,10 +114,40 @@ StageExecutor::StageExecutor(Schedule schedule, Comm& pipeline, StageModel& mode
     plan(step.input);
     plan(step.output);
   }
+  live_.resize(static_cast<size_t>(schedule_.chunks * schedule_.microbatches));
+  free_.resize(static_cast<size_t>(schedule_.chunks));
 }
 
 std::vector<float>& StageExecutor::buffer(const Transfer& t) {
   return buffers_[static_cast<size_t>(buffer_index_[static_cast<size_t>(t.tag)])];
+}
+
+std::span<float> StageExecutor::wire(const Transfer& t) {
+  std::span<float> whole(buffer(t));
+  if (!gather_comm_) return whole;
+  const size_t slice = whole.size() / static_cast<size_t>(gather_comm_->size());
+  return whole.subspan(static_cast<size_t>(gather_comm_->rank()) * slice, slice);
+}
+
+Activations& StageExecutor::take(int chunk, int microbatch) {
+  auto& slot = live_[static_cast<size_t>(chunk * schedule_.microbatches + microbatch)];
+  PSAR_CHECK(!slot, "stage ", stage_, ": micro-batch ", microbatch, " runs forward twice on chunk ",
+             chunk);
+  auto& pool = free_[static_cast<size_t>(chunk)];
+  if (pool.empty()) {
+    slot = model_.make_activations(chunk);
+  } else {
+    slot = std::move(pool.back());
+    pool.pop_back();
+  }
+  ++live_count_;
+  return *slot;
+}
+
+void StageExecutor::release(int chunk, int microbatch) {
+  auto& slot = live_[static_cast<size_t>(chunk * schedule_.microbatches + microbatch)];
+  free_[static_cast<size_t>(chunk)].push_back(std::move(slot));
+  --live_count_;
 }
 
 void StageExecutor::await(Request& request, const Transfer& t, const Action& action) {
@@ -129,8 +169,8 @@ void StageExecutor::await(Request& request, const Transfer& t, const Action& act
 StageRun StageExecutor::run() {
   const TimerSlack slack;
   Tracer* tracer = options_.tracer && options_.tracer->enabled() ? options_.tracer : nullptr;
-  PSAR_CHECK(model_.live_activations() == 0, "stage ", stage_, " starts a batch with ",
-             model_.live_activations(), " stashed activations");
+  PSAR_CHECK(live_count_ == 0, "stage ", stage_, " starts a batch with ", live_count_,
+             " stashed activations");
   StageRun out;
   out.spans.reserve(program_.size());
 
@@ -138,8 +178,7 @@ StageRun StageExecutor::run() {
   std::vector<Request> receives(program_.size());
   for (size_t k = 0; k < program_.size(); ++k) {
     const auto& in = program_[k].input;
-    if (in && !in->local())
-      receives[k] = comm_.irecv(in->from_stage, std::span<float>(buffer(*in)), in->tag);
+    if (in && !in->local()) receives[k] = comm_.irecv(in->from_stage, wire(*in), in->tag);
   }
 
   // 2. The actions, in order.
@@ -158,7 +197,13 @@ StageRun StageExecutor::run() {
         if (tracer)
           tracer->span(("recv " + cell_label(a, schedule_.chunks)).c_str(), "recv", t0, t1, 0,
                        transfer_args(*step.input, step.input->from_stage,
-                                     static_cast<int64_t>(buffer(*step.input).size())));
+                                     static_cast<int64_t>(wire(*step.input).size())));
+        if (gather_comm_) {  // the slices of every TP rank, into the whole tensor
+          const CommCounters before = gather_comm_->counters();
+          gather_->all_gather(*gather_comm_, std::span<float>(buffer(*step.input)));
+          out.gather_s += now_seconds() - t1;
+          out.gather_bytes_sent += gather_comm_->counters().bytes_sent - before.bytes_sent;
+        }
       }
       x = buffer(*step.input);
     }
@@ -166,36 +211,45 @@ StageRun StageExecutor::run() {
     if (step.output) y = buffer(*step.output);
 
     const double start = now_seconds();
+    auto& slot = live_[static_cast<size_t>(a.chunk * schedule_.microbatches + a.microbatch)];
+    if (a.op != Op::kForward)
+      PSAR_CHECK(slot, "stage ", stage_, ": ", op_name(a.op), " of micro-batch ", a.microbatch,
+                 " on chunk ", a.chunk, " before its forward");
     switch (a.op) {
       case Op::kForward:
-        model_.forward(a.chunk, a.microbatch, x, y);
+        model_.forward(a.chunk, a.microbatch, take(a.chunk, a.microbatch), x, y);
         break;
       case Op::kBackward:
-        model_.backward(a.chunk, a.microbatch, x, y);
+        model_.backward(a.chunk, a.microbatch, *slot, x, y);
         break;
       case Op::kBackwardInput:
-        model_.backward_input(a.chunk, a.microbatch, x, y);
+        model_.backward_input(a.chunk, a.microbatch, *slot, x, y);
         break;
       case Op::kBackwardWeight:
-        model_.backward_weight(a.chunk, a.microbatch);
+        model_.backward_weight(a.chunk, a.microbatch, *slot);
         break;
     }
     const double end = now_seconds();
     out.spans.push_back({a, start, end});
     out.compute_s += end - start;
-    out.peak_activations = std::max(out.peak_activations, model_.live_activations());
-    out.peak_activation_bytes = std::max(out.peak_activation_bytes, model_.live_activation_bytes());
+    // The stash after the action, before a finished micro-batch is freed.
+    int64_t live_bytes = 0;
+    for (const auto& stash : live_)
+      if (stash) live_bytes += stash->bytes();
+    out.peak_activations = std::max(out.peak_activations, live_count_);
+    out.peak_activation_bytes = std::max(out.peak_activation_bytes, live_bytes);
+    if (a.op == Op::kBackward || a.op == Op::kBackwardWeight) release(a.chunk, a.microbatch);
     if (tracer) tracer->span(cell_label(a, schedule_.chunks).c_str(), category(a.op), start, end);
 
     if (step.output && !step.output->local()) {
       const Transfer& t = *step.output;
       const double t0 = now_seconds();
-      sends.emplace_back(comm_.isend(t.to_stage, std::span<const float>(buffer(t)), t.tag), &step);
+      sends.emplace_back(comm_.isend(t.to_stage, std::span<const float>(wire(t)), t.tag), &step);
       const double t1 = now_seconds();
       out.send_s += t1 - t0;
       if (tracer)
         tracer->span(("send " + cell_label(a, schedule_.chunks)).c_str(), "send", t0, t1, 0,
-                     transfer_args(t, t.to_stage, static_cast<int64_t>(buffer(t).size())));
+                     transfer_args(t, t.to_stage, static_cast<int64_t>(wire(t).size())));
     }
   }
   out.start = out.spans.empty() ? now_seconds() : out.spans.front().start;
@@ -207,8 +261,8 @@ StageRun StageExecutor::run() {
   const double t1 = now_seconds();
   out.send_s += t1 - t0;
   if (tracer && !sends.empty()) tracer->span("sends complete", "send", t0, t1);
-  PSAR_CHECK(model_.live_activations() == 0, "stage ", stage_, " ends a batch of ",
-             describe(schedule_), " with ", model_.live_activations(), " stashed activations");
+  PSAR_CHECK(live_count_ == 0, "stage ", stage_, " ends a batch of ", describe(schedule_),
+             " with ", live_count_, " stashed activations");
   return out;
 }
 

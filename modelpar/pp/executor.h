@@ -10,28 +10,46 @@
 //   1. posts every receive of the batch at once (irecv on the pipeline
 //      communicator), so a message is matched whenever it arrives;
 //   2. walks the actions in order: waits for the action's input (polling
-//      every 10 µs for the first 0.5 ms, then in sleeps growing to 100 µs:
+//      every 10 µs for the first 100 ms, then in sleeps growing to 100 µs:
 //      a message that arrives soon — the usual case in a steady state — is
 //      seen within µs, while a rank waiting out a bubble leaves the cores to
-//      ranks that compute; the communicator's deadline bounds every wait), runs the
-//      model, samples its stash, and posts the output with isend without
-//      waiting for it;
+//      ranks that compute; the communicator's deadline bounds every wait),
+//      runs the model, and posts the output with isend without waiting for it;
 //   3. waits for its sends to complete before returning, since their
 //      buffers are reused by the next batch.
 // With p = 1 (both sides of a transfer on one rank) the tensor is handed over
 // in memory.
 //
+// The stash. The executor owns the activations (stage_model.h): a forward
+// takes an Activations for its (chunk, micro-batch) — one freed by an
+// earlier micro-batch of the chunk, or a new one — and the last backward
+// action of that micro-batch frees it again. The stash therefore grows to the
+// schedule's peak of micro-batches in flight and no further; the bytes it
+// holds are sampled after every action (Activations::bytes(), the buffers'
+// real sizes).
+//
+// Scatter/gather (Megatron-LM, Narayanan et al. 2021, §4.1): with tensor
+// parallelism inside a stage, the activation a stage sends is replicated
+// over its TP group, so each of the t ranks sends only its 1/t slice to the
+// same TP rank of the next stage, and the receiving stage all-gathers the
+// slices over its TP group (ExecutorOptions::scatter_gather). The gradients
+// going back are replicated too and take the same path. Inter-stage bytes
+// drop t×; the all-gather runs on the (fast, intra-node) TP links.
+//
 // What it measures per batch, from its own clock (now_seconds(), shared by
 // every rank of a host): each action's start and end (ActionSpan, the
 // simulator's type), the compute time, the time blocked on inputs, the time
-// spent posting and completing sends, and the peak of the model's stash in
-// activations and bytes. With a Tracer it records a span per action
-// (categories forward, backward, backward_input, backward_weight) and per
-// receive wait and send (recv, send), all on the rank's track 0.
+// spent posting and completing sends, the all-gathers of scatter/gather, and
+// the peak of the stash in activations and bytes. With a Tracer it records
+// a span per action (categories forward, backward, backward_input,
+// backward_weight) and per receive wait and send (recv, send), all on the
+// rank's track 0.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "allreduce/collectives.h"
 #include "comm/comm.h"
 #include "core/trace.h"
 #include "modelpar/pp/p2p.h"
@@ -49,6 +67,9 @@ struct ExecutorOptions {
   double poll_min_s = 10e-6;
   double poll_fast_s = 100e-3;
   double poll_max_s = 100e-6;
+  // The TP group of this stage, whose ranks send 1/t of each activation and
+  // all-gather what they receive; null (or size 1): whole tensors.
+  Comm* scatter_gather = nullptr;
 };
 
 // One batch on one stage, as measured.
@@ -59,8 +80,10 @@ struct StageRun {
   double compute_s = 0;           // Σ action durations
   double recv_wait_s = 0;         // blocked waiting for inputs
   double send_s = 0;              // posting sends, and waiting for them at the end
-  int peak_activations = 0;       // the model's stash at its largest
-  int64_t peak_activation_bytes = 0;
+  double gather_s = 0;            // scatter/gather's all-gathers of received slices
+  int64_t gather_bytes_sent = 0;  // what those all-gathers sent over the TP group
+  int peak_activations = 0;       // the stash at its largest: micro-batches in flight
+  int64_t peak_activation_bytes = 0;  // and the bytes their Activations held
 };
 
 class StageExecutor {
@@ -80,6 +103,12 @@ class StageExecutor {
   // Waits for `request` until the communicator's deadline; `what` names it.
   void await(Request& request, const Transfer& transfer, const Action& action);
   std::vector<float>& buffer(const Transfer& transfer);
+  // What crosses the pipeline link: the whole buffer, or this TP rank's slice.
+  std::span<float> wire(const Transfer& transfer);
+  // The stash of (chunk, micro-batch): taken at its forward, freed after its
+  // last backward action.
+  pp::Activations& take(int chunk, int microbatch);
+  void release(int chunk, int microbatch);
 
   Schedule schedule_;
   Comm& comm_;
@@ -89,6 +118,11 @@ class StageExecutor {
   std::vector<Step> program_;         // this stage's lowered actions
   std::vector<int> buffer_index_;     // tag -> index into buffers_, -1 if not ours
   std::vector<std::vector<float>> buffers_;
+  Comm* gather_comm_ = nullptr;       // scatter/gather's TP group (size > 1), or null
+  std::unique_ptr<RingAllGather> gather_;
+  std::vector<std::unique_ptr<Activations>> live_;               // [chunk · m + i]
+  std::vector<std::vector<std::unique_ptr<Activations>>> free_;  // [chunk]
+  int live_count_ = 0;
 };
 
 // Floats a transfer carries: the boundary between its two virtual stages.
@@ -96,8 +130,8 @@ int64_t transfer_numel(const StageModel& model, const Transfer& transfer);
 
 // The stash bytes `stage` holds at most running its list in order: the
 // simulator's in-flight count (peak_activations) with each activation
-// weighed by model.stash_bytes(chunk). What StageRun::peak_activation_bytes
-// should measure.
+// weighed by model.activation_bytes(chunk), the model's prediction from its
+// layer shapes. What StageRun::peak_activation_bytes should measure.
 int64_t predicted_peak_bytes(const Schedule& schedule, int stage, const StageModel& model);
 
 }  // namespace psar::pp

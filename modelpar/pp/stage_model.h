@@ -5,12 +5,12 @@
 // of pipeline stage s holds chunks c = 0..v−1, chunk c being virtual stage
 // u = c·p + s (schedule.h). A StageModel is one rank's chunks. The executor
 // calls it once per action of the schedule and moves the tensors between
-// ranks; the model never communicates:
+// ranks; the model never talks to the pipeline:
 //
-//   forward(c, i, x, y)         x: activation entering u (from u−1), y: leaving u
-//   backward_input(c, i, dy, dx) dy: gradient of y (from u+1), dx: gradient of x
-//   backward_weight(c, i)        adds ∂loss/∂θ of chunk c for micro-batch i into
-//                                the ParamStore's gradient arena; frees the stash
+//   forward(c, i, a, x, y)          x: activation entering u (from u−1), y: leaving u
+//   backward_input(c, i, a, dy, dx) dy: gradient of y (from u+1), dx: gradient of x
+//   backward_weight(c, i, a)        adds ∂loss/∂θ of chunk c for micro-batch i into
+//                                   the ParamStore's gradient arena
 //
 // The first virtual stage reads its micro-batch itself (x is empty) and its
 // backward produces no input gradient (dx is empty); the last one computes
@@ -18,21 +18,35 @@
 // backward from it (dy is empty), scaled by 1/m so that the m micro-batches'
 // gradients add up to the gradient of the batch's mean loss.
 //
+// Activations are data (llm.c style). What a chunk keeps from the forward of
+// micro-batch i to its last backward action lives in an Activations object
+// that the CALLER owns: the executor takes one per (chunk, micro-batch) from
+// make_activations() (or from the ones it freed earlier), hands it to the
+// three actions, and frees it after the last (the fused backward, or
+// backward_weight when the backward is split: simulate.h's convention). The
+// modules keep nothing between actions, so one set of modules serves every
+// micro-batch in flight; Activations::bytes() is what the buffers actually
+// hold, and activation_bytes() the model's prediction of it from its layer
+// shapes, which the executor's measured peak is checked against.
+//
 // Activation shapes are fixed in advance: boundary_numel(u) floats flow
 // from u to u+1 and the same number of gradient floats back, for every
 // micro-batch. That is what lets the executor allocate its buffers once and
 // post receives before the producing action has run.
-//
-// Memory: a forward stashes what the backward needs ("an activation"); the
-// stash lives until the last backward action that reads it — the fused
-// backward, or backward_weight when the backward is split (simulate.h's
-// convention). live_activations() / live_activation_bytes() report the stash
-// the model holds right now; the executor samples them after every action.
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 namespace psar::pp {
+
+// One micro-batch's stash on one chunk.
+class Activations {
+ public:
+  virtual ~Activations() = default;
+  // Bytes of the buffers it holds now (their allocated sizes).
+  virtual int64_t bytes() const = 0;
+};
 
 class StageModel {
  public:
@@ -42,25 +56,26 @@ class StageModel {
   // (and of the gradient coming back); u in [0, p·v − 1).
   virtual int64_t boundary_numel(int vstage) const = 0;
 
-  virtual void forward(int chunk, int microbatch, std::span<const float> x,
+  // An empty stash for micro-batches of `chunk`. forward() sizes all of its
+  // buffers, those the backward fills included (one allocation per
+  // micro-batch in flight, as llm.c's activation arena).
+  virtual std::unique_ptr<Activations> make_activations(int chunk) const = 0;
+  virtual void forward(int chunk, int microbatch, Activations& a, std::span<const float> x,
                        std::span<float> y) = 0;
-  virtual void backward_input(int chunk, int microbatch, std::span<const float> dy,
-                              std::span<float> dx) = 0;
-  virtual void backward_weight(int chunk, int microbatch) = 0;
+  virtual void backward_input(int chunk, int microbatch, Activations& a,
+                              std::span<const float> dy, std::span<float> dx) = 0;
+  virtual void backward_weight(int chunk, int microbatch, Activations& a) = 0;
   // Fused backward: both halves. Override to do them in one pass.
-  virtual void backward(int chunk, int microbatch, std::span<const float> dy, std::span<float> dx) {
-    backward_input(chunk, microbatch, dy, dx);
-    backward_weight(chunk, microbatch);
+  virtual void backward(int chunk, int microbatch, Activations& a, std::span<const float> dy,
+                        std::span<float> dx) {
+    backward_input(chunk, microbatch, a, dy, dx);
+    backward_weight(chunk, microbatch, a);
   }
 
-  // Stashed activations (one per (chunk, micro-batch) between its forward and
-  // its last backward action) and the bytes they hold.
-  virtual int live_activations() const = 0;
-  virtual int64_t live_activation_bytes() const = 0;
-  // Bytes one micro-batch's stash holds on `chunk`, from its forward to its
-  // last backward action: what the prediction of live_activation_bytes()
-  // weighs each live activation with (executor.h).
-  virtual int64_t stash_bytes(int chunk) const = 0;
+  // Predicted bytes of one micro-batch's Activations on `chunk` after its
+  // forward, from the layer shapes: what the executor's measured peak is
+  // weighed against (executor.h, predicted_peak_bytes).
+  virtual int64_t activation_bytes(int chunk) const = 0;
 };
 
 }  // namespace psar::pp

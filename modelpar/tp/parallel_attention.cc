@@ -56,23 +56,39 @@ uint64_t ParallelSelfAttention::att_index(int64_t b, int64_t h) const {
   return static_cast<uint64_t>((b * o_.heads + global_head) * T_ * T_);
 }
 
-void ParallelSelfAttention::forward(float* y, const float* x, int64_t B,
+int64_t ParallelSelfAttention::Activations::bytes() const {
+  size_t floats = 0;
+  for (const auto* v : {&qkv, &att, &att_drop, &ctx, &dy_pre, &dctx, &dqkv}) floats += v->size();
+  return static_cast<int64_t>(floats * sizeof(float));
+}
+
+// 2·(N·3d/t) + B·(H/t)·T² (twice with dropout) + 2·(N·d/t) + N·d
+int64_t ParallelSelfAttention::activation_floats(int64_t B, bool dropout) const {
+  const int64_t N = B * T_;
+  return 2 * N * 3 * d_local_ + B * heads_local_ * T_ * T_ * (dropout ? 2 : 1) +
+         2 * N * d_local_ + N * o_.d_model;
+}
+
+void ParallelSelfAttention::forward(Activations& a, float* y, const float* x, int64_t B,
                                     const DropoutContext& drop) {
   const int64_t N = B * T_, dl = d_local_, ld = 3 * dl, TT = T_ * T_;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
-  drop_ = drop;
-  qkv_out_.resize(static_cast<size_t>(N * ld));
-  att_.resize(static_cast<size_t>(B * heads_local_ * TT));
-  ctx_.resize(static_cast<size_t>(N * dl));
-  if (drop_.p > 0) att_drop_.resize(att_.size());
+  a.drop = drop;
+  a.qkv.resize(static_cast<size_t>(N * ld));
+  a.att.resize(static_cast<size_t>(B * heads_local_ * TT));
+  a.att_drop.resize(drop.p > 0 ? a.att.size() : 0);
+  a.ctx.resize(static_cast<size_t>(N * dl));
+  a.dy_pre.resize(static_cast<size_t>(N * o_.d_model));
+  a.dctx.resize(static_cast<size_t>(N * dl));
+  a.dqkv.resize(static_cast<size_t>(N * ld));
 
-  qkv_.forward(qkv_out_.data(), x, N);  // f: identity; this rank's heads only
+  qkv_.forward(a.qkv.data(), x, N);  // f: identity; this rank's heads only
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < heads_local_; ++h) {
-      const float* q = qkv_out_.data() + b * T_ * ld + h * hd_;  // [T, d_h], row stride ld
+      const float* q = a.qkv.data() + b * T_ * ld + h * hd_;  // [T, d_h], row stride ld
       const float* k = q + dl;
       const float* v = q + 2 * dl;
-      float* p = att_.data() + (b * heads_local_ + h) * TT;  // [T, T]
+      float* p = a.att.data() + (b * heads_local_ + h) * TT;  // [T, T]
       // scores = Q·Kᵀ/√d_h, then a causal softmax per row (positions j ≤ i)
       ops::gemm(false, true, T_, T_, hd_, scale, q, ld, k, ld, 0.0f, p, T_);
       for (int64_t i = 0; i < T_; ++i) {
@@ -86,53 +102,54 @@ void ParallelSelfAttention::forward(float* y, const float* x, int64_t B,
         for (int64_t j = i + 1; j < T_; ++j) row[j] = 0.0f;
       }
       const float* pv = p;
-      if (drop_.p > 0) {
-        float* pd = att_drop_.data() + (b * heads_local_ + h) * TT;
-        ops::dropout_forward(pd, p, TT, drop_.p, drop_.seed,
-                             drop_.stream(o_.name + ".attn_dropout"), att_index(b, h));
+      if (drop.p > 0) {
+        float* pd = a.att_drop.data() + (b * heads_local_ + h) * TT;
+        ops::dropout_forward(pd, p, TT, drop.p, drop.seed,
+                             drop.stream(o_.name + ".attn_dropout"), att_index(b, h));
         pv = pd;
       }
-      // ctx_h = P·V: [T, d_h] into columns h·d_h of ctx_ [N, d/t]
+      // ctx_h = P·V: [T, d_h] into columns h·d_h of ctx [N, d/t]
       ops::gemm(false, false, T_, hd_, T_, 1.0f, pv, T_, v, ld, 0.0f,
-                ctx_.data() + b * T_ * dl + h * hd_, dl);
+                a.ctx.data() + b * T_ * dl + h * hd_, dl);
     }
   }
-  proj_.forward(y, ctx_.data(), N);  // g: all-reduce of the partial products, then + b_o
-  if (drop_.p > 0)
-    ops::dropout_forward(y, y, N * o_.d_model, drop_.p, drop_.seed,
-                         drop_.stream(o_.name + ".dropout"), 0);
+  proj_.forward(y, a.ctx.data(), N);  // g: all-reduce of the partial products, then + b_o
+  if (drop.p > 0)
+    ops::dropout_forward(y, y, N * o_.d_model, drop.p, drop.seed,
+                         drop.stream(o_.name + ".dropout"), 0);
 }
 
-void ParallelSelfAttention::backward_input(float* dx, const float* dy, int64_t B) {
+void ParallelSelfAttention::backward_input(Activations& a, float* dx, const float* dy,
+                                           int64_t B) {
   const int64_t N = B * T_, dl = d_local_, ld = 3 * dl, TT = T_ * T_;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
-  dy_pre_.resize(static_cast<size_t>(N * o_.d_model));
-  dctx_.resize(static_cast<size_t>(N * dl));
+  PSAR_CHECK(a.dqkv.size() == static_cast<size_t>(N * ld), o_.name,
+             ": backward of activations its forward did not size for ", B, " sequences");
   datt_.resize(static_cast<size_t>(TT));
-  dqkv_.resize(static_cast<size_t>(N * ld));
+  const DropoutContext& drop = a.drop;
 
-  ops::dropout_backward(dy_pre_.data(), dy, N * o_.d_model, drop_.p, drop_.seed,
-                        drop_.stream(o_.name + ".dropout"), 0);
-  proj_.backward_input(dctx_.data(), dy_pre_.data(), N);  // g backward: identity
+  ops::dropout_backward(a.dy_pre.data(), dy, N * o_.d_model, drop.p, drop.seed,
+                        drop.stream(o_.name + ".dropout"), 0);
+  proj_.backward_input(a.dctx.data(), a.dy_pre.data(), N);  // g backward: identity
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < heads_local_; ++h) {
       const int64_t row0 = b * T_ * ld + h * hd_;
-      const float* q = qkv_out_.data() + row0;
+      const float* q = a.qkv.data() + row0;
       const float* k = q + dl;
       const float* v = q + 2 * dl;
-      float* dq = dqkv_.data() + row0;
+      float* dq = a.dqkv.data() + row0;
       float* dk = dq + dl;
       float* dv = dq + 2 * dl;
-      const float* p = att_.data() + (b * heads_local_ + h) * TT;
-      const float* pv = drop_.p > 0 ? att_drop_.data() + (b * heads_local_ + h) * TT : p;
-      const float* dc = dctx_.data() + b * T_ * dl + h * hd_;  // [T, d_h], row stride dl
+      const float* p = a.att.data() + (b * heads_local_ + h) * TT;
+      const float* pv = drop.p > 0 ? a.att_drop.data() + (b * heads_local_ + h) * TT : p;
+      const float* dc = a.dctx.data() + b * T_ * dl + h * hd_;  // [T, d_h], row stride dl
       float* dp = datt_.data();
       // ctx = P'·V:  dP' = dctx·Vᵀ,  dV = P'ᵀ·dctx
       ops::gemm(false, true, T_, T_, hd_, 1.0f, dc, dl, v, ld, 0.0f, dp, T_);
       ops::gemm(true, false, T_, hd_, T_, 1.0f, pv, T_, dc, dl, 0.0f, dv, ld);
-      if (drop_.p > 0)
-        ops::dropout_backward(dp, dp, TT, drop_.p, drop_.seed,
-                              drop_.stream(o_.name + ".attn_dropout"), att_index(b, h));
+      if (drop.p > 0)
+        ops::dropout_backward(dp, dp, TT, drop.p, drop.seed,
+                              drop.stream(o_.name + ".attn_dropout"), att_index(b, h));
       // softmax backward: dS_ij = P_ij·(dP_ij − Σ_k P_ik·dP_ik), zero above the diagonal
       for (int64_t i = 0; i < T_; ++i) {
         const float* prow = p + i * T_;
@@ -147,13 +164,13 @@ void ParallelSelfAttention::backward_input(float* dx, const float* dy, int64_t B
       ops::gemm(true, false, T_, hd_, T_, scale, dp, T_, q, ld, 0.0f, dk, ld);
     }
   }
-  qkv_.backward_input(dx, dqkv_.data(), N);  // f: all-reduce of the partial dX
+  qkv_.backward_input(dx, a.dqkv.data(), N);  // f: all-reduce of the partial dX
 }
 
-void ParallelSelfAttention::backward_weight(const float* x, int64_t B) {
+void ParallelSelfAttention::backward_weight(const Activations& a, const float* x, int64_t B) {
   const int64_t N = B * T_;
-  proj_.backward_weight(dy_pre_.data(), ctx_.data(), N);
-  qkv_.backward_weight(dqkv_.data(), x, N);
+  proj_.backward_weight(a.dy_pre.data(), a.ctx.data(), N);
+  qkv_.backward_weight(a.dqkv.data(), x, N);
 }
 
 }  // namespace psar

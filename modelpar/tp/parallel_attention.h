@@ -17,6 +17,10 @@
 // Per rank, forward: 2·N·d·3d/t (QKV) + 4·B·(H/t)·T²·d_h (scores and
 // context) + 2·N·d·d/t (output) FLOPs, N = B·T; backward twice that.
 // heads % t ≠ 0 or d_model % heads ≠ 0 is a ConfigError.
+//
+// What one micro-batch keeps from forward to backward is an Activations the
+// caller owns (the module holds only parameters and per-call scratch), so
+// one module serves every micro-batch in flight.
 
 #include <cstdint>
 #include <string>
@@ -39,17 +43,33 @@ struct ParallelAttentionOptions {
 
 class ParallelSelfAttention {
  public:
+  // One micro-batch's tensors, N = B·T rows, on this rank's heads.
+  struct Activations {
+    std::vector<float> qkv;       // [N, 3·d/t]: Q_r | K_r | V_r per row
+    std::vector<float> att;       // [B, H/t, T, T] softmax probabilities (0 above the diagonal)
+    std::vector<float> att_drop;  // the same after dropout (only when p > 0)
+    std::vector<float> ctx;       // [N, d/t] heads' outputs, head h at columns h·d_h
+    std::vector<float> dy_pre;    // [N, d] output gradient before the output dropout
+    std::vector<float> dctx;      // [N, d/t]
+    std::vector<float> dqkv;      // [N, 3·d/t]
+    DropoutContext drop;          // of its forward
+    int64_t bytes() const;
+  };
+
   ParallelSelfAttention(TpGroup& tp, ParallelAttentionOptions options);
 
   void declare(ShardedParams& params, ParamStore& store);
   void bind(ParamStore& store);
 
-  // x: [B·T, d_model] replicated → y: [B·T, d_model] replicated (B sequences of T)
-  void forward(float* y, const float* x, int64_t B, const DropoutContext& drop);
+  // x: [B·T, d_model] replicated → y: [B·T, d_model] replicated (B sequences
+  // of T). Sizes every buffer of `a`, the backward's included.
+  void forward(Activations& a, float* y, const float* x, int64_t B, const DropoutContext& drop);
   // dy: [B·T, d_model] → dx: [B·T, d_model], whole on every rank
-  void backward_input(float* dx, const float* dy, int64_t B);
+  void backward_input(Activations& a, float* dx, const float* dy, int64_t B);
   // x: the forward input again.
-  void backward_weight(const float* x, int64_t B);
+  void backward_weight(const Activations& a, const float* x, int64_t B);
+  // Floats of an Activations for B sequences, from the shapes above.
+  int64_t activation_floats(int64_t B, bool dropout) const;
 
  private:
   // First index of head block (b, local head h) in the serial [B, H, T, T] tensor.
@@ -60,12 +80,7 @@ class ParallelSelfAttention {
   int64_t T_, hd_, heads_local_, d_local_;  // seq, head size, H/t, d/t
   ColumnParallelLinear qkv_;
   RowParallelLinear proj_;
-  DropoutContext drop_;
-  std::vector<float> qkv_out_;   // [B·T, 3·d/t]: Q_r | K_r | V_r per row
-  std::vector<float> att_;       // [B, H/t, T, T] softmax probabilities (0 above the diagonal)
-  std::vector<float> att_drop_;  // the same after dropout (only when p > 0)
-  std::vector<float> ctx_;       // [B·T, d/t] heads' outputs, head h at columns h·d_h
-  std::vector<float> dy_pre_, dctx_, datt_, dqkv_;  // [B·T, d], [B·T, d/t], [T, T], [B·T, 3d/t]
+  std::vector<float> datt_;  // [T, T] scratch of one head's backward
 };
 
 }  // namespace psar

@@ -55,38 +55,48 @@ void ParallelMLP::bind(ParamStore& store) {
   proj_->bind(store);
 }
 
-void ParallelMLP::forward(float* z, const float* x, int64_t N, const DropoutContext& drop) {
+int64_t ParallelMLP::Activations::bytes() const {
+  size_t floats = 0;
+  for (const auto* v : {&h_pre, &h_act, &dz_pre, &dh_act, &dh_pre}) floats += v->size();
+  return static_cast<int64_t>(floats * sizeof(float));
+}
+
+int64_t ParallelMLP::activation_floats(int64_t N) const {
+  return 4 * N * fc_->out_features() + N * o_.d_model;
+}
+
+void ParallelMLP::forward(Activations& a, float* z, const float* x, int64_t N,
+                          const DropoutContext& drop) {
   const int64_t h = fc_->out_features(), d = o_.d_model;
-  drop_ = drop;
-  h_pre_.resize(static_cast<size_t>(N * h));
-  h_act_.resize(static_cast<size_t>(N * h));
+  a.drop = drop;
+  for (auto* v : {&a.h_pre, &a.h_act, &a.dh_act, &a.dh_pre}) v->resize(static_cast<size_t>(N * h));
+  a.dz_pre.resize(static_cast<size_t>(N * d));
   // column_row: h_pre = X·A_r, this rank's columns, no communication;
   // row_column: h_pre = Σ_r X_r·A_r, all-reduced by g inside fc_ before GeLU.
-  fc_->forward(h_pre_.data(), x, N);
-  ops::gelu_forward(h_act_.data(), h_pre_.data(), N * h);
+  fc_->forward(a.h_pre.data(), x, N);
+  ops::gelu_forward(a.h_act.data(), a.h_pre.data(), N * h);
   // column_row: Y_r·B_r all-reduced by g; row_column: the blocks Y·B_r gathered.
-  proj_->forward(z, h_act_.data(), N);
-  if (drop_.p > 0)
-    ops::dropout_forward(z, z, N * d, drop_.p, drop_.seed, drop_.stream(o_.name + ".dropout"), 0);
+  proj_->forward(z, a.h_act.data(), N);
+  if (drop.p > 0)
+    ops::dropout_forward(z, z, N * d, drop.p, drop.seed, drop.stream(o_.name + ".dropout"), 0);
 }
 
-void ParallelMLP::backward_input(float* dx, const float* dz, int64_t N) {
+void ParallelMLP::backward_input(Activations& a, float* dx, const float* dz, int64_t N) {
   const int64_t h = fc_->out_features(), d = o_.d_model;
-  dh_act_.resize(static_cast<size_t>(N * h));
-  dh_pre_.resize(static_cast<size_t>(N * h));
-  dz_pre_.resize(static_cast<size_t>(N * d));
+  PSAR_CHECK(a.dh_pre.size() == static_cast<size_t>(N * h), o_.name,
+             ": backward of activations its forward did not size for ", N, " rows");
   // dz: [N, d] whole on every rank (g backward is the identity)
-  ops::dropout_backward(dz_pre_.data(), dz, N * d, drop_.p, drop_.seed,
-                        drop_.stream(o_.name + ".dropout"), 0);
-  proj_->backward_input(dh_act_.data(), dz_pre_.data(), N);
-  ops::gelu_backward(dh_pre_.data(), dh_act_.data(), h_pre_.data(), N * h);
+  ops::dropout_backward(a.dz_pre.data(), dz, N * d, a.drop.p, a.drop.seed,
+                        a.drop.stream(o_.name + ".dropout"), 0);
+  proj_->backward_input(a.dh_act.data(), a.dz_pre.data(), N);
+  ops::gelu_backward(a.dh_pre.data(), a.dh_act.data(), a.h_pre.data(), N * h);
   // column_row: f all-reduces the partial dX; row_column: the blocks are gathered.
-  fc_->backward_input(dx, dh_pre_.data(), N);
+  fc_->backward_input(dx, a.dh_pre.data(), N);
 }
 
-void ParallelMLP::backward_weight(const float* x, int64_t N) {
-  proj_->backward_weight(dz_pre_.data(), h_act_.data(), N);
-  fc_->backward_weight(dh_pre_.data(), x, N);
+void ParallelMLP::backward_weight(const Activations& a, const float* x, int64_t N) {
+  proj_->backward_weight(a.dz_pre.data(), a.h_act.data(), N);
+  fc_->backward_weight(a.dh_pre.data(), x, N);
 }
 
 }  // namespace psar

@@ -15,7 +15,8 @@
 //     (4× the activation) in each direction, plus an all-gather of [N, d].
 //
 // Both give the serial model's numbers (up to float summation order); the
-// communication counters show the price of the second.
+// communication counters show the price of the second. What one micro-batch
+// keeps from forward to backward is an Activations the caller owns.
 
 #include <cstdint>
 #include <memory>
@@ -43,28 +44,36 @@ struct ParallelMlpOptions {
 
 class ParallelMLP {
  public:
+  // One micro-batch's tensors; h = hidden/t (column_row) or hidden (row_column).
+  struct Activations {
+    std::vector<float> h_pre, h_act;  // X·A + a, GeLU of it: [N, h]
+    std::vector<float> dz_pre;        // [N, d_model] output gradient before dropout
+    std::vector<float> dh_act, dh_pre;  // [N, h] each
+    DropoutContext drop;              // of its forward
+    int64_t bytes() const;
+  };
+
   // Throws ConfigError if d_model or hidden is not divisible by t.
   ParallelMLP(TpGroup& tp, ParallelMlpOptions options);
 
   void declare(ShardedParams& params, ParamStore& store);
   void bind(ParamStore& store);
 
-  // x: [N, d_model] replicated → z: [N, d_model] replicated
-  void forward(float* z, const float* x, int64_t N, const DropoutContext& drop);
-  // dz: [N, d_model] → dx: [N, d_model], whole on every rank. Keeps what
-  // backward_weight needs (the gradients at the two GEMM outputs).
-  void backward_input(float* dx, const float* dz, int64_t N);
+  // x: [N, d_model] replicated → z: [N, d_model] replicated. Sizes every
+  // buffer of `a`, the backward's included.
+  void forward(Activations& a, float* z, const float* x, int64_t N, const DropoutContext& drop);
+  // dz: [N, d_model] → dx: [N, d_model], whole on every rank. Keeps in `a`
+  // what backward_weight needs (the gradients at the two GEMM outputs).
+  void backward_input(Activations& a, float* dx, const float* dz, int64_t N);
   // x: the forward input again.
-  void backward_weight(const float* x, int64_t N);
+  void backward_weight(const Activations& a, const float* x, int64_t N);
+  // Floats of an Activations for N rows: 4·N·h + N·d_model.
+  int64_t activation_floats(int64_t N) const;
 
  private:
   TpGroup& tp_;
   ParallelMlpOptions o_;
   std::unique_ptr<ParallelLinear> fc_, proj_;  // X·A and Y·B
-  DropoutContext drop_;                        // of the last forward
-  // h = fc_->out_features(): hidden/t (column_row) or hidden (row_column)
-  std::vector<float> h_pre_, h_act_;             // X·A + a, GeLU of it: [N, h]
-  std::vector<float> dz_pre_, dh_pre_, dh_act_;  // [N, d_model], [N, h], [N, h]
 };
 
 }  // namespace psar

@@ -70,6 +70,17 @@ void copy_shard(std::span<const float> full, const Shape& full_shape, ShardSpec 
   });
 }
 
+void place_shard(std::span<const float> local, const Shape& full_shape, ShardSpec spec, int rank,
+                 int t, std::span<float> full) {
+  PSAR_CHECK(static_cast<int64_t>(full.size()) == numel(full_shape), "full tensor holds ",
+             full.size(), " floats, shape ", to_string(full_shape));
+  PSAR_CHECK(static_cast<int64_t>(local.size()) == numel(shard_shape(full_shape, spec, t)),
+             "shard buffer of ", local.size(), " floats");
+  for_each_run(full_shape, spec, rank, t, [&](int64_t global, int64_t at, int64_t len) {
+    std::copy_n(local.data() + at, len, full.data() + global);
+  });
+}
+
 void initialize_shard(const ParamInfo& full, uint64_t seed, ShardSpec spec, int rank, int t,
                       std::span<float> local) {
   PSAR_CHECK(static_cast<int64_t>(local.size()) == numel(shard_shape(full.shape, spec, t)),

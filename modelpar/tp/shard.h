@@ -46,6 +46,10 @@ Shape shard_shape(const Shape& full, ShardSpec spec, int t);
 void copy_shard(std::span<const float> full, const Shape& full_shape, ShardSpec spec, int rank,
                 int t, std::span<float> local);
 
+// The inverse: writes this rank's shard `local` into its place in `full`.
+void place_shard(std::span<const float> local, const Shape& full_shape, ShardSpec spec, int rank,
+                 int t, std::span<float> full);
+
 // local = the values the serial model's parameter `full` gets from `seed`, for
 // this rank's shard.
 void initialize_shard(const ParamInfo& full, uint64_t seed, ShardSpec spec, int rank, int t,

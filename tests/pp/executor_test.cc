@@ -3,9 +3,10 @@
 // every registered schedule over p ∈ {1, 2, 4}, m ∈ {p, 2p, 3p} (and 1 for
 // GPipe), v ∈ {1, 2} where it runs, over two batches,
 //  - each stage runs exactly its list, in order;
-//  - the measured peak of the model's stash equals the simulator's
-//    peak_activations exactly, and its bytes predicted_peak_bytes, with an
-//    uneven layer split so the chunks' stashes differ;
+//  - the measured peak of the stash equals the simulator's peak_activations
+//    exactly, and the bytes its Activations held predicted_peak_bytes (the
+//    model's count from its layer shapes), with an uneven layer split so the
+//    chunks' stashes differ;
 //  - every weight-gradient action ran once per micro-batch (the gradient of
 //    each layer's parameter adds up to 1);
 //  - the messages and bytes sent are the exact count 2·m·(p·v − 1)
@@ -90,7 +91,7 @@ TEST_P(ExecutorSweep, RunsTheListAndMeasuresThePredictedPeakAndTraffic) {
   int64_t messages = 0, bytes = 0;
   run_inproc(c.p, [&](Comm& comm) {
     const int stage = comm.rank();
-    SyntheticStages model(zero_time(schedule.virtual_stages() + 1), layout_for(schedule, stage));
+    SyntheticStages model(zero_time(schedule.virtual_stages() + 1), {nullptr, layout_for(schedule, stage)});
     ParamStore store;
     for (int chunk = 0; chunk < c.v; ++chunk) model.declare(store, chunk);
     store.finalize(1);
@@ -113,7 +114,6 @@ TEST_P(ExecutorSweep, RunsTheListAndMeasuresThePredictedPeakAndTraffic) {
       EXPECT_EQ(run.peak_activation_bytes, predicted_peak_bytes(schedule, stage, model));
       EXPECT_GT(run.peak_activation_bytes, 0);
       for (float g : store.grads()) EXPECT_NEAR(g, 1.0f, 1e-5f);
-      EXPECT_EQ(model.live_activations(), 0);
       std::lock_guard<std::mutex> lock(mu);
       messages += comm.counters().messages_sent - before.messages_sent;
       bytes += comm.counters().bytes_sent - before.bytes_sent;
@@ -132,11 +132,12 @@ TEST(SyntheticStages, ADeliveryToTheWrongActionIsADataError) {
   l.stage = 1;
   l.microbatches = 2;
   l.layers = {1, 1};
-  SyntheticStages model(zero_time(2), l);
+  SyntheticStages model(zero_time(2), {nullptr, l});
   std::vector<float> x(9, 0.0f), none;
   x[0] = 2;  // micro-batch 1's activation after layer 1 ...
+  const auto stash = model.make_activations(0);
   try {
-    model.forward(0, 0, x, none);  // ... handed to micro-batch 0
+    model.forward(0, 0, *stash, x, none);  // ... handed to micro-batch 0
     FAIL() << "no error";
   } catch (const DataError& e) {
     EXPECT_THAT(e.what(), HasSubstr("tagged 2 for micro-batch 0, expected 1"));
@@ -148,18 +149,21 @@ class Faulty final : public StageModel {
  public:
   Faulty(StageModel& inner, int fail_at) : inner_(inner), fail_at_(fail_at) {}
   int64_t boundary_numel(int u) const override { return inner_.boundary_numel(u); }
-  void forward(int c, int i, std::span<const float> x, std::span<float> y) override {
-    tick();
-    inner_.forward(c, i, x, y);
+  std::unique_ptr<Activations> make_activations(int c) const override {
+    return inner_.make_activations(c);
   }
-  void backward_input(int c, int i, std::span<const float> dy, std::span<float> dx) override {
+  void forward(int c, int i, Activations& a, std::span<const float> x,
+               std::span<float> y) override {
     tick();
-    inner_.backward_input(c, i, dy, dx);
+    inner_.forward(c, i, a, x, y);
   }
-  void backward_weight(int c, int i) override { inner_.backward_weight(c, i); }
-  int live_activations() const override { return inner_.live_activations(); }
-  int64_t live_activation_bytes() const override { return inner_.live_activation_bytes(); }
-  int64_t stash_bytes(int c) const override { return inner_.stash_bytes(c); }
+  void backward_input(int c, int i, Activations& a, std::span<const float> dy,
+                      std::span<float> dx) override {
+    tick();
+    inner_.backward_input(c, i, a, dy, dx);
+  }
+  void backward_weight(int c, int i, Activations& a) override { inner_.backward_weight(c, i, a); }
+  int64_t activation_bytes(int c) const override { return inner_.activation_bytes(c); }
 
  private:
   void tick() {
@@ -174,7 +178,7 @@ TEST(Executor, AFailingStageFailsEveryStageInsteadOfHanging) {
   std::atomic<int> failed{0};
   try {
     run_inproc(4, [&](Comm& comm) {
-      SyntheticStages inner(zero_time(5), layout_for(schedule, comm.rank()));
+      SyntheticStages inner(zero_time(5), {nullptr, layout_for(schedule, comm.rank())});
       ParamStore store;
       inner.declare(store, 0);
       store.finalize(1);
@@ -201,7 +205,7 @@ TEST(Executor, AStageThatNeverSendsIsATimeoutNamingTheTransfer) {
     run_inproc(2, [&](Comm& comm) {
       if (comm.rank() == 0) return;  // stage 0 never runs its list
       comm.set_timeout(0.2);
-      SyntheticStages model(zero_time(3), layout_for(schedule, 1));
+      SyntheticStages model(zero_time(3), {nullptr, layout_for(schedule, 1)});
       ParamStore store;
       model.declare(store, 0);
       store.finalize(1);
@@ -218,7 +222,7 @@ TEST(Executor, AStageThatNeverSendsIsATimeoutNamingTheTransfer) {
 TEST(Executor, RejectsAScheduleForAnotherGroupSize) {
   const Schedule schedule = make_schedule("1f1b", {4, 4, 1, 0});
   run_inproc(2, [&](Comm& comm) {
-    SyntheticStages model(zero_time(3), layout_for(make_schedule("1f1b", {2, 2, 1, 0}), comm.rank()));
+    SyntheticStages model(zero_time(3), {nullptr, layout_for(make_schedule("1f1b", {2, 2, 1, 0}), comm.rank())});
     try {
       StageExecutor(schedule, comm, model);
       ADD_FAILURE() << "no error";
@@ -232,7 +236,7 @@ TEST(Executor, RejectsAnInvalidSchedule) {
   Schedule broken = make_schedule("gpipe", {2, 2, 1, 0});
   std::swap(broken.actions[0][0], broken.actions[0][3]);  // a backward before its forward
   run_inproc(2, [&](Comm& comm) {
-    SyntheticStages model(zero_time(3), layout_for(make_schedule("gpipe", {2, 2, 1, 0}), comm.rank()));
+    SyntheticStages model(zero_time(3), {nullptr, layout_for(make_schedule("gpipe", {2, 2, 1, 0}), comm.rank())});
     EXPECT_THROW(StageExecutor(broken, comm, model), ConfigError);
   });
 }

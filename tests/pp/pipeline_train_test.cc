@@ -251,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(Schedules, GptPipelineTraining, ::testing::ValuesIn(gpt
 // Three replicas: the ring adds them in an order that depends on where a
 // value sits in the arena, which differs between wte and its copy on the last
 // stage; the run fails if the two copies end up with different bits
-// (check_tied_params in pipeline_trainer.cc).
+// (check_tied_params in trainer/model_parts.cc).
 TEST(GptPipelineTraining, ThreeReplicasKeepTheTiedCopiesBitIdentical) {
   const std::vector<std::string> batch24{"train.batch_size=24"};
   expect_serial_gpt({"1f1b", 2, 4, 1, 3}, batch24, batch24);
@@ -360,9 +360,9 @@ TEST(PipelineErrors, BatchNotDivisibleByReplicasTimesMicroBatches) {
   expect_config_error(4, pipeline_mlp_config({"gpipe", 2, 16, 1}), "d·m = 2·16 = 32");
 }
 
-TEST(PipelineErrors, TensorParallelismBesideIsNotSupportedYet) {
+TEST(PipelineErrors, TensorParallelismForAModelWithoutTensorParallelLayers) {
   expect_config_error(4, pipeline_mlp_config({"1f1b", 2, 2, 1}, {"parallel.tp=2"}),
-                      "tensor and pipeline parallelism in one run are not supported yet");
+                      "model.type mlp has no tensor-parallel layers (parallel.tp = 2)");
 }
 
 TEST(PipelineErrors, AStageLayerListOfTheWrongLength) {

@@ -31,18 +31,20 @@ inline Batch batch_of(int64_t B, const GptOptions& o, uint64_t stream) {
   return b;
 }
 
-// A model with its parameters, ready to run.
+// A serial-layout model (one stage, any batch) with its parameters, ready to
+// run; tensor-parallel over `comm` when it is given.
 struct Built {
+  std::unique_ptr<TpGroup> group;
   ParamStore store;
   std::unique_ptr<Gpt> model;
 };
 
-inline std::unique_ptr<Built> build(const GptOptions& o, const ModelContext& context = {}) {
+inline std::unique_ptr<Built> build(const GptOptions& o, Comm* comm = nullptr,
+                                    Allreducer* algorithm = nullptr) {
   auto b = std::make_unique<Built>();
-  b->model = std::make_unique<Gpt>(o, context);
-  b->model->declare(b->store);
-  b->store.finalize(o.seed);
-  b->model->bind(b->store);
+  b->group = comm ? std::make_unique<TpGroup>(comm, algorithm) : std::make_unique<TpGroup>();
+  b->model = std::make_unique<Gpt>(o, ModelContext{b->group.get(), {}});
+  build_params(*b->model, b->store, 1, o.seed);
   return b;
 }
 

@@ -136,9 +136,10 @@ BlockRun run_block(Harness<Layer>& h, const std::vector<float>& x, const std::ve
                    int64_t count, const DropoutContext& drop) {
   BlockRun r{std::vector<float>(dy.size()), std::vector<float>(x.size())};
   h.store.zero_grads();
-  h.layer.forward(r.y.data(), x.data(), count, drop);
-  h.layer.backward_input(r.dx.data(), dy.data(), count);
-  h.layer.backward_weight(x.data(), count);
+  typename Layer::Activations a;
+  h.layer.forward(a, r.y.data(), x.data(), count, drop);
+  h.layer.backward_input(a, r.dx.data(), dy.data(), count);
+  h.layer.backward_weight(a, x.data(), count);
   return r;
 }
 

@@ -148,7 +148,7 @@ TEST_F(Cli, AWorldSizeTheConfigCannotUseIsRejected) {
   const Outcome o = run(std::string(PSAR_MPIRUN) + " --allow-run-as-root --oversubscribe -np 3 " +
                         PSAR_BIN + " train " + config(kGood) + " --out " + out);
   EXPECT_NE(o.code, 0);
-  EXPECT_THAT(o.output, HasSubstr("train.batch_size 16 is not divisible by 3 data-parallel ranks"));
+  EXPECT_THAT(o.output, HasSubstr("train.batch_size 16 is not divisible by d·m = 3·1 = 3 (3 data-parallel replicas"));
   EXPECT_FALSE(fs::exists(out));
 }
 

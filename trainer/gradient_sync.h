@@ -58,7 +58,20 @@ struct SyncEntry {
   const char* name;
   SyncSetup (*make)(SyncInit&);
   const char* summary;
+  // World ranks the backend takes as dedicated servers (they do not train).
+  int (*server_ranks)(const Config& config);
+  // Whether it can sync one slice of a model cut by tensor or pipeline
+  // parallelism over that slice's data-parallel group.
+  bool model_parallel;
 };
+
+// What the trainer plans with before any backend is built: the registry
+// entry's capabilities, or an allreduce algorithm's (no servers, any group).
+struct SyncCapabilities {
+  int server_ranks = 0;
+  bool model_parallel = true;
+};
+SyncCapabilities sync_capabilities(const std::string& name, const Config& config);
 
 // Backends other than the allreduce algorithms (which are all available by
 // their own names through the allreduce registry).

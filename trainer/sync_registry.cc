@@ -9,9 +9,15 @@
 namespace psar {
 
 namespace {
+// Dedicated server ranks: ps.servers unless they run as threads in the workers.
+int ps_server_ranks(const Config& c) {
+  return c.get_bool("ps.colocated") ? 0 : static_cast<int>(c.get_int("ps.servers"));
+}
+
 // Backends beyond the allreduce algorithms; one line each.
 constexpr SyncEntry kBackends[] = {
-    {"ps", &make_ps_sync, "ZeroMQ sharded parameter server (ps.servers, ps.consistency, ...)"},
+    {"ps", &make_ps_sync, "ZeroMQ sharded parameter server (ps.servers, ps.consistency, ...)",
+     &ps_server_ranks, /*model_parallel=*/false},
 };
 
 std::span<const SyncEntry> entries() { return kBackends; }
@@ -23,6 +29,12 @@ std::vector<std::string> sync_names() {
   std::vector<std::string> names = allreducer_names(/*include_device=*/true);
   for (const auto& e : entries()) names.push_back(e.name);
   return names;
+}
+
+SyncCapabilities sync_capabilities(const std::string& name, const Config& config) {
+  for (const auto& e : entries())
+    if (name == e.name) return {e.server_ranks(config), e.model_parallel};
+  return {};
 }
 
 SyncSetup make_gradient_sync(const std::string& name, SyncInit& init) {

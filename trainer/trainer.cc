@@ -125,11 +125,12 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
   const Parallel par(config);
   const StepPlan plan = plan_steps(config, data.train->size());
   const int layers = model_layers(config, *data.train);
-  if (sync_name == "ps" && par.t * par.p > 1)
-    throw ConfigError(concat("sync.backend ps runs data parallelism only (a shard group per "
-                             "model slice is not built); parallel.tp = ", par.t,
-                             " and parallel.pp = ", par.p, " need an allreduce backend"));
-  parse_grid_order(par.order);
+  const SyncCapabilities backend = sync_capabilities(sync_name, config);
+  if (!backend.model_parallel && par.t * par.p > 1)
+    throw ConfigError(concat("sync.backend ", sync_name,
+                             " runs data parallelism only (a shard group per model slice is not "
+                             "built); parallel.tp = ", par.t, " and parallel.pp = ", par.p,
+                             " need an allreduce backend"));
   std::vector<int64_t> counts;
   if (config.has("parallel.stage_layers")) counts = config.get_int_list("parallel.stage_layers");
   const pp::EndCosts ends{config.get_bool("parallel.account_embedding") ? 1 : 0,
@@ -143,14 +144,19 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
   layout.layers = pp::partition_layers(layers, par.p, par.v, counts, ends);
 
   // Model parallelism needs the grid before the model; data parallelism alone
-  // builds it over the workers, which a parameter server with dedicated
-  // server ranks only knows after its set-up.
+  // builds it over the workers, which a backend with dedicated server ranks
+  // splits off in its set-up (their number is known now).
+  const int trainers = world.size() - backend.server_ranks;
+  if (trainers < 1)
+    throw ConfigError(concat("sync.backend ", sync_name, " takes ", backend.server_ranks,
+                             " of the ", world.size(), " ranks as dedicated servers, which "
+                             "leaves no worker"));
+  const GridShape shape = make_grid_shape(trainers, par.t, par.p, par.order);
+  layout.microbatch_rows = microbatch_rows(plan.batch_size, shape.dp, par.m);
   std::unique_ptr<ProcessGrid> grid;
   if (par.t * par.p > 1) {
-    grid = std::make_unique<ProcessGrid>(
-        world, make_grid_shape(world.size(), par.t, par.p, par.order));
+    grid = std::make_unique<ProcessGrid>(world, shape);
     layout.stage = grid->coord().pp;
-    layout.microbatch_rows = microbatch_rows(plan.batch_size, grid->shape().dp, par.m);
   }
   std::unique_ptr<Allreducer> tp_allreduce;
   if (par.t > 1) tp_allreduce = make_allreducer(config.get_string("parallel.tp_allreduce"));
@@ -183,11 +189,9 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
   }
   Comm& workers = *setup.workers;  // every rank that trains
   GradientSync& sync = *setup.sync;
-  if (!grid) {
-    grid = std::make_unique<ProcessGrid>(workers,
-                                         make_grid_shape(workers.size(), 1, 1, par.order));
-    layout.microbatch_rows = microbatch_rows(plan.batch_size, grid->shape().dp, par.m);
-  }
+  PSAR_CHECK(workers.size() == trainers, "sync.backend ", sync_name, " left ", workers.size(),
+             " workers, planned ", trainers);
+  if (!grid) grid = std::make_unique<ProcessGrid>(workers, shape);
   Comm& dp = grid->dp();
   Comm& pipeline = grid->pp();
   const int d = dp.size();

@@ -79,6 +79,24 @@ class ButterflyAllreducer final : public Allreducer {
 
 }  // namespace
 
+// L = log₂p2 rounds of the whole vector: L(α + nβ + nγ); folding (N not a
+// power of two) adds 2α + 2nβ + nγ.
+CostTerms butterfly_cost(int ranks, int64_t bytes, const AllreduceOptions&) {
+  const Fold fold(ranks);
+  const int rounds = fold.levels;
+  const double n = static_cast<double>(bytes), f = fold.extras > 0 ? 1 : 0;
+  return {rounds + 2 * f, rounds * n + 2 * f * n, rounds * n + f * n};
+}
+
+// The whole vector once per round; a folding partner also sends the result
+// back, an extra rank only its vector.
+int64_t butterfly_sent_bytes(int rank, int ranks, int64_t count) {
+  const Fold fold(ranks);
+  if (fold.is_extra(rank)) return 4 * count;
+  const int rounds = fold.levels;
+  return 4 * count * (rounds + (fold.partner(rank) >= 0 ? 1 : 0));
+}
+
 std::unique_ptr<Allreducer> make_butterfly_allreducer(const AllreduceOptions&) {
   return std::make_unique<ButterflyAllreducer>();
 }

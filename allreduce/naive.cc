@@ -69,6 +69,15 @@ class NaiveAllreducer final : public Allreducer {
 
 }  // namespace
 
+// (N-1) messages of n bytes, each added: (N-1)α + (N-1)·n·(β+γ).
+CostTerms naive_cost(int ranks, int64_t bytes, const AllreduceOptions&) {
+  const double peers = ranks - 1, n = static_cast<double>(bytes);
+  return {peers, peers * n, peers * n};
+}
+
+// The whole vector to each of the N-1 others.
+int64_t naive_sent_bytes(int, int ranks, int64_t count) { return (ranks - 1) * count * 4; }
+
 std::unique_ptr<Allreducer> make_naive_allreducer(const AllreduceOptions&) {
   return std::make_unique<NaiveAllreducer>();
 }

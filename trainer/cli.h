@@ -48,6 +48,7 @@ std::vector<std::string> split_list_arg(const std::string& text);
 // Subcommands, one file each.
 int cmd_train(CliContext&);
 int cmd_bench_allreduce(CliContext&);
+int cmd_cost(CliContext&);
 int cmd_bench_ps(CliContext&);
 int cmd_schedule(CliContext&);
 int cmd_keys(CliContext&);

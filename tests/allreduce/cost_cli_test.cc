@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -25,7 +26,9 @@ struct Outcome {
 };
 
 Outcome psar_cost(const std::string& args) {
-  const std::string err_path = ::testing::TempDir() + "psar_cost_stderr.txt";
+  // One file per process: CTest runs the cases of this binary in parallel.
+  const std::string err_path =
+      ::testing::TempDir() + "psar_cost_stderr_" + std::to_string(::getpid()) + ".txt";
   Outcome o;
   FILE* p = popen((std::string(PSAR_BIN) + " cost " + args + " 2>" + err_path).c_str(), "r");
   std::array<char, 4096> buf;
@@ -36,6 +39,7 @@ Outcome psar_cost(const std::string& args) {
   FILE* e = fopen(err_path.c_str(), "r");
   while (e && (n = fread(buf.data(), 1, buf.size(), e)) > 0) o.err.append(buf.data(), n);
   if (e) fclose(e);
+  std::remove(err_path.c_str());
   return o;
 }
 

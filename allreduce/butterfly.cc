@@ -1,7 +1,7 @@
 // butterfly — recursive doubling: in round k = 0..log₂N-1 every rank swaps
 // its whole running sum with partner rank XOR 2^k and adds what it receives,
 // so after log₂N rounds each holds the sum of all. Cost: log₂N steps, each
-// rank sends n·log₂N bytes, N·n·log₂N in all (the seed's N·M·log N), and
+// rank sends n·log₂N bytes, N·n·log₂N in all (the textbook's N·M·log N), and
 // reduces n·log₂N: log₂N·(α + nβ + nγ) — the fewest steps of any algorithm
 // here, hence the choice for small vectors where α dominates, and the most
 // bytes, hence the worst for large ones. Partners add the same two values

@@ -4,7 +4,7 @@
 // stream: a node adds segment k from its children (left, then right) and
 // passes it up while segment k+1 is arriving; the broadcast streams the same
 // way. Cost: 2(D+S-1) segment steps; every non-root rank sends n up and
-// receives n down, 2(N-1)·n bytes in all (the seed's 2·N·M), but an inner
+// receives n down, 2(N-1)·n bytes in all (the textbook's 2·N·M, docs/theory.md), but an inner
 // node with two children sends and receives 3n (a leaf n): the tree has the
 // log N latency of a butterfly, not the balance of the ring. Time ≈
 // 2(D+S-1)·(α + 2(n/S)β) + (D+S-1)·2(n/S)γ. Only the root's sums are

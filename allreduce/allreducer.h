@@ -32,20 +32,63 @@ class Allreducer {
   virtual void allreduce(Comm& comm, std::span<float> data) = 0;
 };
 
+// The α-β-γ cost of one allreduce as the coefficients of
+//   time = alpha·α + beta·β + gamma·γ,
+// α the latency of one message (s), β seconds per byte sent, γ seconds per
+// byte reduced. The forms are those of docs/algorithms.md (derived in
+// docs/theory.md).
+struct CostTerms {
+  double alpha = 0, beta = 0, gamma = 0;
+  double time(double a, double b, double g) const { return alpha * a + beta * b + gamma * g; }
+};
+
+// One allreduce of `bytes` over `ranks` ranks (segments from options).
+using CostForm = CostTerms (*)(int ranks, int64_t bytes, const AllreduceOptions& options);
+// Payload bytes that rank `rank` of `ranks` sends in one allreduce of `count`
+// floats, exactly as the Comm counters count them (tests/allreduce/bytes_test.cc).
+using SentBytes = int64_t (*)(int rank, int ranks, int64_t count);
+
 struct AllreducerEntry {
   const char* name;
   std::unique_ptr<Allreducer> (*make)(const AllreduceOptions&);
   const char* summary;  // one line for --help and docs
   bool device = false;  // runs on a GPU (nccl): needs CUDA at build and run time
+  bool needs_mpi = false;  // calls the MPI library itself: runs only under mpirun
+  CostForm cost = nullptr;  // every algorithm has one (a test checks)
+  // nullptr when the bytes bypass psar's Comm (mpi, nccl): no counter sees them.
+  SentBytes sent_bytes = nullptr;
+
+  // Over every rank of one allreduce of `count` floats (needs sent_bytes).
+  int64_t sent_bytes_total(int ranks, int64_t count) const;
+  int64_t sent_bytes_busiest(int ranks, int64_t count) const;
 };
 
-// Every algorithm, in the order docs and benchmarks list them.
+// Every algorithm, in the order docs and benchmarks list them: the built-in
+// ones, then those added by an AllreducerRegistration (in order of creation).
+// The span is valid until the next registration or deregistration.
 std::span<const AllreducerEntry> allreducer_registry();
+// Throws ConfigError listing the known names if `name` is unknown.
+const AllreducerEntry& find_allreducer(const std::string& name);
 // Throws ConfigError listing the known names if `name` is unknown.
 std::unique_ptr<Allreducer> make_allreducer(const std::string& name,
                                             const AllreduceOptions& options = {});
 // Host algorithms by default (what runs on any machine, swept by tests and
 // benchmarks); with include_device, the GPU ones too.
 std::vector<std::string> allreducer_names(bool include_device = false);
+
+// Adds an algorithm to the registry for the lifetime of this object: how a
+// test (or an out-of-tree experiment) plugs one in without touching
+// registry.cc. Create and destroy it while no other thread reads the
+// registry. Throws ConfigError if the name is taken.
+class AllreducerRegistration {
+ public:
+  explicit AllreducerRegistration(const AllreducerEntry& entry);
+  ~AllreducerRegistration();
+  AllreducerRegistration(const AllreducerRegistration&) = delete;
+  AllreducerRegistration& operator=(const AllreducerRegistration&) = delete;
+
+ private:
+  std::string name_;
+};
 
 }  // namespace psar

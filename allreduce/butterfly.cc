@@ -1,7 +1,7 @@
 // butterfly — recursive doubling: in round k = 0..log₂N-1 every rank swaps
 // its whole running sum with partner rank XOR 2^k and adds what it receives,
 // so after log₂N rounds each holds the sum of all. Cost: log₂N steps, each
-// rank sends n·log₂N bytes, N·n·log₂N in all (the seed's N·M·log N), and
+// rank sends n·log₂N bytes, N·n·log₂N in all (the textbook's N·M·log N), and
 // reduces n·log₂N: log₂N·(α + nβ + nγ) — the fewest steps of any algorithm
 // here, hence the choice for small vectors where α dominates, and the most
 // bytes, hence the worst for large ones. Partners add the same two values
@@ -78,6 +78,24 @@ class ButterflyAllreducer final : public Allreducer {
 };
 
 }  // namespace
+
+// L = log₂p2 rounds of the whole vector: L(α + nβ + nγ); folding (N not a
+// power of two) adds 2α + 2nβ + nγ.
+CostTerms butterfly_cost(int ranks, int64_t bytes, const AllreduceOptions&) {
+  const Fold fold(ranks);
+  const int rounds = fold.levels;
+  const double n = static_cast<double>(bytes), f = fold.extras > 0 ? 1 : 0;
+  return {rounds + 2 * f, rounds * n + 2 * f * n, rounds * n + f * n};
+}
+
+// The whole vector once per round; a folding partner also sends the result
+// back, an extra rank only its vector.
+int64_t butterfly_sent_bytes(int rank, int ranks, int64_t count) {
+  const Fold fold(ranks);
+  if (fold.is_extra(rank)) return 4 * count;
+  const int rounds = fold.levels;
+  return 4 * count * (rounds + (fold.partner(rank) >= 0 ? 1 : 0));
+}
 
 std::unique_ptr<Allreducer> make_butterfly_allreducer(const AllreduceOptions&) {
   return std::make_unique<ButterflyAllreducer>();

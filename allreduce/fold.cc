@@ -6,7 +6,10 @@
 namespace psar {
 
 Fold::Fold(int size) {
-  while (p2 * 2 <= size) p2 *= 2;
+  while (p2 * 2 <= size) {
+    p2 *= 2;
+    ++levels;
+  }
   extras = size - p2;
 }
 

@@ -15,6 +15,7 @@ namespace psar {
 struct Fold {
   int p2 = 1;      // ranks in the power-of-two core
   int extras = 0;  // N - p2
+  int levels = 0;  // log₂ p2: the rounds of a butterfly among the core
 
   explicit Fold(int size);
   bool is_extra(int rank) const { return rank >= p2; }

@@ -94,6 +94,32 @@ class HalvingDoublingAllreducer final : public Allreducer {
 
 }  // namespace
 
+// 2L steps (L = log₂p2) moving (p2-1)/p2·n twice and reducing it once:
+// 2Lα + (p2-1)/p2·n(2β+γ); folding adds 2α + 2nβ + nγ.
+CostTerms halving_doubling_cost(int ranks, int64_t bytes, const AllreduceOptions&) {
+  const Fold fold(ranks);
+  const int rounds = fold.levels;
+  const double n = static_cast<double>(bytes), f = fold.extras > 0 ? 1 : 0;
+  const double share = static_cast<double>(fold.p2 - 1) / fold.p2 * n;
+  return {2.0 * rounds + 2 * f, 2 * share + 2 * f * n, share + f * n};
+}
+
+// A core rank sends, in each halving round, the half it gives away and, in
+// the matching doubling round, the half it kept: the whole range it held
+// before the round. Ranges halve by Partition's rounding, the lower half the
+// larger. Folding: as the butterfly.
+int64_t halving_doubling_sent_bytes(int rank, int ranks, int64_t count) {
+  const Fold fold(ranks);
+  if (fold.is_extra(rank)) return 4 * count;
+  int64_t sent = fold.partner(rank) >= 0 ? count : 0, held = count;
+  for (int d = fold.p2 / 2; d >= 1; d /= 2) {
+    sent += held;
+    const int64_t lower = Partition{held, 2}.size(0);
+    held = (rank & d) == 0 ? lower : held - lower;
+  }
+  return 4 * sent;
+}
+
 std::unique_ptr<Allreducer> make_halving_doubling_allreducer(const AllreduceOptions&) {
   return std::make_unique<HalvingDoublingAllreducer>();
 }

@@ -2,7 +2,7 @@
 // others and adds the N vectors itself, in rank order x0 + x1 + … + x(N-1),
 // so every rank performs the same additions in the same order and holds
 // identical bits. Cost: one step of N-1 concurrent messages; each rank sends
-// and receives (N-1)·n bytes, N(N-1)·n in all (the seed's N²·M), and reduces
+// and receives (N-1)·n bytes, N(N-1)·n in all (the textbook's N²·M), and reduces
 // (N-1)·n: (N-1)α + (N-1)·n(β+γ) when sends serialize on a rank's link — the
 // volume grows with N², which is the scalability problem the other algorithms
 // solve. Messages go in shifted order (rank r sends to r+1, r+2, … and
@@ -68,6 +68,15 @@ class NaiveAllreducer final : public Allreducer {
 };
 
 }  // namespace
+
+// (N-1) messages of n bytes, each added: (N-1)α + (N-1)·n·(β+γ).
+CostTerms naive_cost(int ranks, int64_t bytes, const AllreduceOptions&) {
+  const double peers = ranks - 1, n = static_cast<double>(bytes);
+  return {peers, peers * n, peers * n};
+}
+
+// The whole vector to each of the N-1 others.
+int64_t naive_sent_bytes(int, int ranks, int64_t count) { return (ranks - 1) * count * 4; }
 
 std::unique_ptr<Allreducer> make_naive_allreducer(const AllreduceOptions&) {
   return std::make_unique<NaiveAllreducer>();

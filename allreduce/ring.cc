@@ -13,6 +13,7 @@
 // as it is reduced, the next is in flight meanwhile). Any N ≥ 1, any count.
 
 #include "allreduce/algorithms.h"
+#include "allreduce/partition.h"
 #include "allreduce/ring_pipeline.h"
 #include "allreduce/tags.h"
 #include "core/errors.h"
@@ -38,6 +39,20 @@ class RingAllreducer final : public Allreducer {
 };
 
 }  // namespace
+
+// 2(N-1) steps; (N-1)/N·n sent twice and reduced once: 2(N-1)α + (N-1)/N·n(2β+γ).
+CostTerms ring_cost(int ranks, int64_t bytes, const AllreduceOptions&) {
+  const double share = static_cast<double>(ranks - 1) / ranks * static_cast<double>(bytes);
+  return {2.0 * (ranks - 1), 2 * share, share};
+}
+
+// Rank r reduces every chunk but r (which it ends owning) and forwards every
+// chunk but r+1 (the one it receives last): 2n less those two chunks.
+int64_t ring_sent_bytes(int rank, int ranks, int64_t count) {
+  if (ranks == 1) return 0;
+  const Partition chunks{count, ranks};
+  return 4 * (2 * count - chunks.size(rank) - chunks.size((rank + 1) % ranks));
+}
 
 std::unique_ptr<Allreducer> make_ring_allreducer(const AllreduceOptions& options) {
   if (options.segment_bytes <= 0)

@@ -4,7 +4,7 @@
 // stream: a node adds segment k from its children (left, then right) and
 // passes it up while segment k+1 is arriving; the broadcast streams the same
 // way. Cost: 2(D+S-1) segment steps; every non-root rank sends n up and
-// receives n down, 2(N-1)·n bytes in all (the seed's 2·N·M), but an inner
+// receives n down, 2(N-1)·n bytes in all (the textbook's 2·N·M, docs/theory.md), but an inner
 // node with two children sends and receives 3n (a leaf n): the tree has the
 // log N latency of a butterfly, not the balance of the ring. Time ≈
 // 2(D+S-1)·(α + 2(n/S)β) + (D+S-1)·2(n/S)γ. Only the root's sums are
@@ -123,6 +123,28 @@ class TreeAllreducer final : public Allreducer {
 };
 
 }  // namespace
+
+// Each phase (reduce, then broadcast) is bound by the root's link: k·S
+// segments through it (k = min(2, N-1) children of the root, S segments)
+// after a fill of f = 2·max(0, D-2) segment times, D = ⌊log₂N⌋:
+// 2(D+S-1)α + 2(k·S+f)(n/S)β + (k·S+f)(n/S)γ. Exact for N a power of two;
+// otherwise the fill differs by a segment or two.
+CostTerms tree_cost(int ranks, int64_t bytes, const AllreduceOptions& options) {
+  if (ranks == 1) return {};
+  int depth = 0;
+  while ((2 << depth) <= ranks) ++depth;
+  const int64_t segments =
+      std::max<int64_t>(1, (bytes + options.segment_bytes - 1) / options.segment_bytes);
+  const double k = std::min(2, ranks - 1), fill = 2.0 * std::max(0, depth - 2);
+  const double s = static_cast<double>(segments), piece = static_cast<double>(bytes) / s;
+  return {2.0 * (depth + s - 1), 2 * (k * s + fill) * piece, (k * s + fill) * piece};
+}
+
+// Up to the parent once (every rank but the root), down to each child once.
+int64_t tree_sent_bytes(int rank, int ranks, int64_t count) {
+  const int children = (2 * rank + 1 < ranks) + (2 * rank + 2 < ranks);
+  return 4 * count * ((rank > 0) + children);
+}
 
 std::unique_ptr<Allreducer> make_tree_allreducer(const AllreduceOptions& options) {
   if (options.segment_bytes <= 0)

@@ -11,115 +11,59 @@ sizes min..max, taking turns round by round) with --volume-csv, and one
 `psar bench ps --servers S` run per S (N workers + S server ranks). Writes
 into results/<experiment.name>/:
   allreduce_<net>_n<N>.csv, volume_<net>_n<N>.csv, ps_<net>_n<N>_s<S>.csv
-  check.md              the issue's check: at the check network every
+  check.md              the check: at the check network every
                         algorithm's time within the tolerance of its
                         prediction, for every size >= min_size and N
   table.md              per network: sync time vs N at the headline size,
-                        measured | predicted, the seed's claims as ratios,
+                        measured | predicted, the scaling claims as ratios,
                         bytes sent by the busiest rank beside the exact count
   sync_vs_n_<net>.png   the same, measured (solid) and predicted (dashed)
 --reuse re-reports from the CSVs in --out; --quick runs N = 2, 4 and one size.
 
 Predictions (n bytes, B bytes/s per NIC and direction, alpha the latency,
 gamma = 0: pure alpha-beta): the allreduce forms of docs/algorithms.md
-(`cost_terms` in collective_cost_model.py) with beta = 1/B. The parameter
-server with S shards, N workers and ps.chunk_bytes chunks c: every shard's
-NIC carries N*n/S in and out, every worker's n; with chunks streamed, push
-and pull overlap, so the busiest NIC's bytes plus the last chunk's replies:
-    T_ps = (max(N*n/S, n) + max(N, S) * min(c, n/S)) / B + 2 alpha.
+(from `psar cost`) with beta = 1/B; the parameter server's model is
+psar_exp.costs.ps_time (docs/theory.md).
 """
 
 import argparse
-import math
 import os
-import re
-import sys
 
-import yaml
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import report_collectives  # noqa: E402
-from collective_cost_model import cost_terms, human, parse_bytes, read_csv, write_text  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RATE_UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+from psar_exp import ROOT, costs, report, runner
+from psar_exp.io import read_csv, write_text
+from psar_exp.units import human, parse_bandwidth, parse_bytes, parse_seconds
 
 
-def parse_bandwidth(text):
-    """'1Gbit' -> bytes per second (decimal prefixes, as psar's own parser)."""
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(bit|B)(/s|ps)?\s*", str(text))
-    if not m:
-        raise ValueError(f"bandwidth '{text}': expected e.g. 1Gbit or 125MB")
-    value = float(m.group(1)) * RATE_UNITS[m.group(2)]
-    return value / 8 if m.group(3) == "bit" else value
-
-
-def parse_seconds(text):
-    t = str(text).strip()
-    for unit, scale in (("us", 1e-6), ("ms", 1e-3), ("ns", 1e-9), ("s", 1.0)):
-        if t.endswith(unit):
-            return float(t[: -len(unit)]) * scale
-    raise ValueError(f"duration '{text}': expected e.g. 50us")
-
-
-def predict_allreduce(algo, N, n, B, alpha, segment):
-    a, b, _ = cost_terms(algo, N, n, segment)
-    return a * alpha + b / B
-
-
-def predict_ps(N, S, n, B, alpha, chunk):
-    busiest = max(N * n / S, n)
-    tail = max(N, S) * min(chunk, n / S)
-    return (busiest + tail) / B + 2 * alpha
-
-
-def busiest_sent(algo, N, n):
-    """Exact bytes sent by the busiest rank (docs/algorithms.md), powers of two."""
-    if algo == "naive":
-        return (N - 1) * n
-    if algo in ("ring", "halving_doubling"):
-        # 2n less two chunks' sizes: 2(N-1)/N·n when the floats divide into N chunks.
-        return 2 * (N - 1) * n // N if (n // 4) % N == 0 else None
-    if algo == "tree":
-        children = [sum(1 for c in (2 * r + 1, 2 * r + 2) if c < N) for r in range(N)]
-        return max((c + (1 if r > 0 else 0)) * n for r, c in enumerate(children))
-    if algo == "butterfly":
-        return int(math.log2(N)) * n
-    return None
-
-
-def measure(exp, psar, out, quick):
+def measure(exp, psar, out, quick, high_priority):
     ar, ps = exp["allreduce"], exp["ps"]
     ranks = exp["ranks"][:2] if quick else exp["ranks"]
     head = exp["headline_size"]
     for net in exp["networks"]:
-        sets = ["--set", f"net.bandwidth={net['bandwidth']}", "--set", f"net.latency={net['latency']}"]
+        sets = [f"net.bandwidth={net['bandwidth']}", f"net.latency={net['latency']}"]
+        sweep = dict(ar, min=head, max=head) if quick else ar
         for N in ranks:
-            lo, hi = (head, head) if quick else (ar["min"], ar["max"])
-            report_collectives.run(
-                report_collectives.mpirun(N) + [
-                    psar, "bench", "allreduce", "--algos", ",".join(ar["algos"]), "-b", str(lo),
-                    "-e", str(hi), "-f", str(ar["factor"]), "-n", str(ar["iters"]), "-w",
-                    str(ar["warmup"]), "-c", "1", "--csv",
-                    os.path.join(out, f"allreduce_{net['name']}_n{N}.csv"), "--volume-csv",
-                    os.path.join(out, f"volume_{net['name']}_n{N}.csv"), "--set",
-                    f"sync.segment_bytes={ar['segment_bytes']}"] + sets)
+            runner.run(runner.mpirun_prefix(N) + runner.bench_allreduce_args(
+                psar, ar["algos"], sweep, ar["segment_bytes"],
+                csv=os.path.join(out, f"allreduce_{net['name']}_n{N}.csv"),
+                volume_csv=os.path.join(out, f"volume_{net['name']}_n{N}.csv"), sets=sets),
+                high_priority)
             for S in ps["servers"]:
-                report_collectives.run(
-                    report_collectives.mpirun(N + S) + [
-                        psar, "bench", "ps", "--servers", str(S), "-b", str(ps["size"]), "-e",
-                        str(ps["size"]), "-n", str(ps["iters"]), "-w", str(ps["warmup"]), "--csv",
-                        os.path.join(out, f"ps_{net['name']}_n{N}_s{S}.csv"), "--set",
-                        f"ps.chunk_bytes={ps['chunk_bytes']}"] + sets)
+                cmd = [psar, "bench", "ps", "--servers", str(S), "-b", str(ps["size"]), "-e",
+                       str(ps["size"]), "-n", str(ps["iters"]), "-w", str(ps["warmup"]), "--csv",
+                       os.path.join(out, f"ps_{net['name']}_n{N}_s{S}.csv"), "--set",
+                       f"ps.chunk_bytes={ps['chunk_bytes']}"]
+                for s in sets:
+                    cmd += ["--set", s]
+                runner.run(runner.mpirun_prefix(N + S) + cmd, high_priority)
 
 
-def load(exp, out):
-    """rows: dicts network, N, method, servers, size, measured_s, predicted_s, sent_max."""
+def load(exp, out, psar):
+    """rows: dicts network, N, method, servers, size, measured_s, predicted_s,
+    sent_max (measured) and exact_max (psar cost's count)."""
     ar, ps = exp["allreduce"], exp["ps"]
-    segment, chunk = parse_bytes(ar["segment_bytes"]), parse_bytes(ps["chunk_bytes"])
-    rows = []
+    chunk = parse_bytes(ps["chunk_bytes"])
+    measured = []  # (net, N, csv row, busiest bytes sent)
     for net in exp["networks"]:
-        B, alpha = parse_bandwidth(net["bandwidth"]), parse_seconds(net["latency"])
         for N in exp["ranks"]:
             path = os.path.join(out, f"allreduce_{net['name']}_n{N}.csv")
             if not os.path.exists(path):
@@ -128,12 +72,21 @@ def load(exp, out):
                       for r in read_csv(os.path.join(out, f"volume_{net['name']}_n{N}.csv"))}
             for r in read_csv(path):
                 if int(r["wrong"] or 0) != 0:
-                    sys.exit(f"net_scaling.py: {path}: {r['algo']} at {r['size']} B summed wrongly")
-                n = int(r["size"])
-                rows.append({"network": net["name"], "N": N, "method": r["algo"], "servers": 0,
-                             "size": n, "measured_s": float(r["time_us"]) * 1e-6,
-                             "predicted_s": predict_allreduce(r["algo"], N, n, B, alpha, segment),
-                             "sent_max": volume.get((r["algo"], n))})
+                    raise runner.RunError(f"{path}: {r['algo']} at {r['size']} B summed wrongly")
+                measured.append((net, N, r, volume.get((r["algo"], int(r["size"])))))
+    table = costs.query(exp["ranks"], sorted({int(r["size"]) for _, _, r, _ in measured}) or [4],
+                        algos=ar["algos"], segment_bytes=ar["segment_bytes"], psar=psar)
+    rows = []
+    for net, N, r, sent in measured:
+        B, alpha = parse_bandwidth(net["bandwidth"]), parse_seconds(net["latency"])
+        n = int(r["size"])
+        rows.append({"network": net["name"], "N": N, "method": r["algo"], "servers": 0,
+                     "size": n, "measured_s": float(r["time_us"]) * 1e-6,
+                     "predicted_s": table.time(r["algo"], N, n, alpha, 1 / B),
+                     "sent_max": sent, "exact_max": table.sent_busiest(r["algo"], N, n)})
+    for net in exp["networks"]:
+        B, alpha = parse_bandwidth(net["bandwidth"]), parse_seconds(net["latency"])
+        for N in exp["ranks"]:
             for S in ps["servers"]:
                 path = os.path.join(out, f"ps_{net['name']}_n{N}_s{S}.csv")
                 for r in read_csv(path) if os.path.exists(path) else []:
@@ -142,8 +95,8 @@ def load(exp, out):
                     n = int(r["size"])
                     rows.append({"network": net["name"], "N": N, "method": f"ps S={S}",
                                  "servers": S, "size": n, "measured_s": float(r["time_us"]) * 1e-6,
-                                 "predicted_s": predict_ps(N, S, n, B, alpha, chunk),
-                                 "sent_max": None})
+                                 "predicted_s": costs.ps_time(N, S, n, B, alpha, chunk),
+                                 "sent_max": None, "exact_max": None})
     return rows
 
 
@@ -160,7 +113,7 @@ def check_report(exp, rows, note):
     net = next(n for n in exp["networks"] if n["name"] == chk["network"])
     lines = [f"# Check: `psar bench allreduce` under {net['bandwidth']}, {net['latency']} vs α-β",
              "",
-             f"Target (issue 5): every algorithm's measured time within {tol:.0%} of its α-β",
+             f"Target: every algorithm's measured time within {tol:.0%} of its α-β",
              f"prediction for sizes ≥ {human(min_size)} and N ∈ {{{', '.join(str(n) for n in exp['ranks'])}}}.",
              "Prediction: the cost forms of docs/algorithms.md with α = the latency,",
              "β = 1/B, γ = 0. Cells: measured ms / predicted ms (measured ÷ predicted).",
@@ -262,7 +215,7 @@ def table_report(exp, rows, note):
             cells = []
             for a in exp["allreduce"]["algos"]:
                 r = at.get(a)
-                exact = busiest_sent(a, n, size)
+                exact = r["exact_max"] if r else None
                 mark = "" if r is None or exact is None or r["sent_max"] == exact else " (≠ exact!)"
                 cells.append(f"{r['sent_max']:,}{mark}" if r else "")
             lines.append(f"| {net['name']} | {n} | " + " | ".join(cells) + " |")
@@ -311,24 +264,21 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--high-priority", action="store_true")
     args = ap.parse_args()
-    with open(args.experiment) as f:
-        exp = yaml.safe_load(f)
+    exp = report.load(args.experiment, "net_scaling")
+    psar = runner.psar_binary(args.psar)
     out = args.out or os.path.join(ROOT, "results", exp["experiment"]["name"])
     os.makedirs(out, exist_ok=True)
-    report_collectives.HIGH_PRIORITY = args.high_priority
     load_before = os.getloadavg()[0]
     if not args.reuse:
-        if not os.access(args.psar, os.X_OK):
-            sys.exit(f"net_scaling.py: no psar binary at {args.psar} (build first: scripts/build.sh)")
-        measure(exp, args.psar, out, args.quick)
-        note = report_collectives.machine_note(load_before)
+        measure(exp, psar, out, args.quick, args.high_priority)
+        note = runner.machine_note(load_before, args.high_priority)
         write_text(os.path.join(out, "machine.txt"), note + "\n")
     else:
         path = os.path.join(out, "machine.txt")
         note = open(path).read().strip() if os.path.exists(path) else ""
-    rows = load(exp, out)
+    rows = load(exp, out, psar)
     if not rows:
-        sys.exit(f"net_scaling.py: no measurements in {out}")
+        raise runner.RunError(f"no measurements in {out}")
     write_text(os.path.join(out, "check.md"), check_report(exp, rows, note))
     write_text(os.path.join(out, "table.md"), table_report(exp, rows, note))
     plot(exp, rows, out)
@@ -336,4 +286,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    runner.main_guard("net_scaling.py", main)

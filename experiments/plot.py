@@ -7,7 +7,6 @@ and test accuracy per evaluation, one line per run, into one PNG.
 """
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -18,10 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-
-def read_csv(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
+from psar_exp.io import read_csv  # noqa: E402
 
 
 def runs_in(folder):

@@ -19,18 +19,16 @@ pp_mlp pp_mlp_p4 pp_gpt pp_gpt_p4 pp_timeline. Runs at nice -10 when allowed (ro
 """
 
 import argparse
-import csv
 import os
 import shutil
 import subprocess
 import sys
 import time
 
-import yaml
+from psar_exp import report, runner
+from psar_exp.io import read_csv, write_csv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import run  # noqa: E402  (experiments/run.py: the sweep expansion and naming)
 
 EXPERIMENTS = ["pp_bubble_m", "pp_interleaved_m", "pp_bubble_p", "pp_interleaved_p",
                "pp_activation", "pp_mlp", "pp_mlp_p4", "pp_gpt", "pp_gpt_p4", "pp_timeline"]
@@ -62,7 +60,7 @@ def run_point(cmd, out, quiet, tries, wait):
         total0, t0 = stall_us()[0], time.time()
         rc = subprocess.call(cmd)
         if rc != 0:
-            sys.exit(f"pp_measure.py: {' '.join(cmd)} failed (exit code {rc})")
+            raise runner.RunError(f"{' '.join(cmd)} failed (exit code {rc})")
         pressure = 100 * (stall_us()[0] - total0) / 1e6 / (time.time() - t0)
         print(f"    attempt {attempt + 1}: CPU pressure {pressure:.1f}% during the run", flush=True)
         if best is None or pressure < best[0]:
@@ -86,40 +84,26 @@ def main():
     ap.add_argument("--wait", type=float, default=600, help="seconds to wait for quiet per try")
     ap.add_argument("--results", default=os.path.join(os.path.dirname(HERE), "results"))
     args = ap.parse_args()
-    binary = run.psar_binary()
+    binary = runner.psar_binary()
     nice = ["nice", "-n", "-10"] if os.geteuid() == 0 else []
     for name in args.experiments:
         path = os.path.join(HERE, name + ".yaml")
-        with open(path) as f:
-            exp = yaml.safe_load(f)
-        meta = exp["experiment"]
-        out_root = os.path.join(args.results, meta["name"])
+        exp = report.load(path, "train")
+        out_root = os.path.join(args.results, exp["experiment"]["name"])
         os.makedirs(out_root, exist_ok=True)
         rows = []
-        points = run.expand(meta.get("sweep"))
+        points = runner.points(exp)
         for i, point in enumerate(points, 1):
-            ranks = int(meta.get("ranks", 4))
-            sets = []
-            for k, v in point:
-                if k == "ranks":
-                    ranks = int(v)
-                else:
-                    sets += ["--set", f"{k}={run.yaml_scalar(v)}"]
-            point_name = run.point_name(point, ranks, (exp.get("sync") or {}).get("backend", "mpi"))
-            out = os.path.join(out_root, point_name)
-            cmd = nice + run.mpirun_prefix(ranks) + [binary, "train", path, "--out", out, "--quiet"] + sets
-            print(f"[{name} {i}/{len(points)}] {point_name}", flush=True)
+            out = os.path.join(out_root, point.name)
+            cmd = nice + runner.train_command(binary, path, out, point, ["--quiet"])
+            print(f"[{name} {i}/{len(points)}] {point.name}", flush=True)
             run_point(cmd, out, args.quiet, 1 if name in COMPUTE_BOUND else args.tries, args.wait)
-            with open(os.path.join(out, "summary.csv")) as f:
-                for row in csv.DictReader(f):
-                    rows.append({"run": point_name, **{k: str(v) for k, v in point}, **row})
-        with open(os.path.join(out_root, "summary.csv"), "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+            rows += [{"run": point.name, **point.swept, **row}
+                     for row in read_csv(os.path.join(out, "summary.csv"))]
+        write_csv(os.path.join(out_root, "summary.csv"), rows)
     subprocess.run([sys.executable, os.path.join(HERE, "pp_report.py"), "--results", args.results],
                    check=True)
 
 
 if __name__ == "__main__":
-    main()
+    runner.main_guard("pp_measure.py", main)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Tables and plots of the measured pipeline runs (REPRODUCE.md, R3): the
+"""Tables and plots of the measured pipeline runs: the
 executor's bubble beside the closed forms (p-1)/m and (p-1)/(v*m) and the
 simulator, vs m, vs p, vs v, for every schedule; peak activations per stage,
 measured beside the prediction; throughput per schedule; the real MLP; and
@@ -11,7 +11,6 @@ and summary.csv) and writes results/pp_measured/.
 """
 
 import argparse
-import csv
 import os
 import re
 import subprocess
@@ -23,17 +22,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from psar_exp.io import md_table as table  # noqa: E402
+from psar_exp.io import read_csv, write_text  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 NUMERIC = ["p", "m", "v", "layers", "compute_s", "idle_s", "makespan_s", "bubble", "idle_share",
            "bubble_sim", "idle_share_sim", "bubble_formula", "peak_activations",
            "peak_activations_sim", "peak_bytes", "peak_bytes_sim", "recv_wait_s", "send_s",
            "hop_latency_s", "bubble_sim_hop", "steps"]
-TOLERANCE = 0.10  # the issue's "within 10% of the formula"
-
-
-def read_csv(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
+TOLERANCE = 0.10  # the target: "within 10% of the formula"
 
 
 def load(results, experiment):
@@ -66,12 +63,6 @@ def load(results, experiment):
 
 def label(run):
     return run["schedule"] + (f" v={run['v']}" if run["schedule"] == "interleaved" else "")
-
-
-def table(header, rows):
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out) + "\n"
 
 
 def bubble_rows(runs, first=label, extra=lambda r: []):
@@ -233,7 +224,7 @@ def main():
         sys.exit(f"pp_report.py: no pipeline runs under {args.results}/pp_* (run experiments/run.py "
                  "experiments/pp_bubble_m.yaml first)")
 
-    doc = ["# Pipeline bubbles and memory, measured (R3)\n",
+    doc = ["# Pipeline bubbles and memory, measured\n",
            "Written by `experiments/pp_report.py` from the runs of `experiments/pp_*.yaml` "
            "(commands in docs/pipeline.md). Bubble = Σ idle / Σ compute over the stages, idle = "
            "makespan of the batch's pipeline phase − the stage's compute, from the executor's own "
@@ -244,7 +235,7 @@ def main():
            "pressure: the share of the run's time that runnable tasks on the machine waited for a "
            "core (/proc/pressure/cpu, recorded by experiments/pp_measure.py): the ranks' own "
            "10 µs polls while they wait and their compute on the real models count, and so do "
-           "other jobs on the 2 cores. Target (issue 7): on the synthetic workload, measured "
+           "other jobs on the 2 cores. Target: on the synthetic workload, measured "
            "within 10% of the closed form for every schedule and m ≥ p.\n"]
     for title, runs, x, png in (("vs m (p = 4)", vs_m, "m", "bubble_vs_m.png"),
                                 ("vs p (m = 16, 8 ranks, d = 8/p)", vs_p, "p", "bubble_vs_p.png")):
@@ -289,8 +280,7 @@ def main():
     drawn = timelines(args.results, out)
     if drawn:
         doc += ["## Timelines (p = 4, m = 8)\n"] + [f"![]({png})\n" for png in drawn]
-    with open(os.path.join(out, "README.md"), "w") as f:
-        f.write("\n".join(doc))
+    write_text(os.path.join(out, "README.md"), "\n".join(doc))
     print(f"pp_report.py: -> {out}/README.md")
 
 

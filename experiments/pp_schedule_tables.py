@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Regenerates results/pp_schedules/: the simulator's predictions for the
-pipeline schedules beside their closed forms (REPRODUCE.md, R3) — bubble vs m
+pipeline schedules beside their closed forms (docs/pipeline.md) — bubble vs m
 for fixed p, vs p for fixed m, vs v, ZB-H1 under several cost ratios, and the
 peak in-flight activations per stage — plus text and PNG grids of every
 schedule at p = 4, m = 8. Runs only the `psar schedule` subcommand.
@@ -12,6 +12,9 @@ import argparse
 import os
 import subprocess
 import sys
+
+from psar_exp.io import md_table as table
+from psar_exp.io import write_text
 
 SCHEDULES = ["gpipe", "1f1b", "interleaved", "zb_h1"]
 
@@ -44,12 +47,6 @@ def bubble_row(psar, kind, p, m, v, costs=(1, 1, 1)):
 
 BUBBLE_HEADER = ["schedule", "p", "m", "v", "simulated bubble", "formula", "closed form",
                  "idle share of makespan", "equal"]
-
-
-def table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
 
 
 def kind_v(kind, v):
@@ -116,8 +113,7 @@ def main():
         "",
         table(["schedule", "v", "m", "simulated, stages 0..3", "formula", "equal"], peaks),
     ]
-    with open(os.path.join(args.out, "README.md"), "w") as f:
-        f.write("\n".join(md))
+    write_text(os.path.join(args.out, "README.md"), "\n".join(md))
 
     with open(os.path.join(args.out, "grids.txt"), "w") as f:
         for kind in SCHEDULES:

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Runs experiments/ps_vs_allreduce.yaml: the parameter server against the
-allreduce algorithms as the number of workers N grows (REPRODUCE.md R1), and
-SSP/ASP against BSP. Every point is one `psar train` under mpirun.
+allreduce algorithms as the number of workers N grows, and SSP/ASP against
+BSP. Every point is one `psar train` under mpirun.
 
     experiments/ps_vs_allreduce.py [EXPERIMENT.yaml] [--results DIR] [--quick] [--dry-run]
 
@@ -16,39 +16,30 @@ Writes into results/<experiment.name>/:
 Busiest endpoint: for the PS, the busiest server shard — payload bytes in + out,
 from the line each shard logs when it is done (PSAR_LOG=info); for an
 allreduce, the rank with the most bytes sent + received (steps.csv). Formulas
-per step, n = 4·M bytes: PS shard 2·N·n/S; ring and halving_doubling
-4·(N-1)/N·n (a power of two for the latter); tree 2·(c+1)·n for the rank with
-the most children c (N = 2: 2n, N = 3..4: 4n, N >= 5: 6n); naive 2·(N-1)·n;
-butterfly 2·log2(N)·n for a power of two. `mpi` is invisible to
-psar's counters.
+per step, n = 4·M bytes: PS shard 2·N·n/S (psar_exp.costs); an allreduce
+twice the busiest rank's bytes sent of `psar cost` (each of these schedules
+receives on that rank what it sends there, exactly so when the vector divides
+into N chunks). `mpi` is invisible to psar's counters.
 --quick runs N = 1, 2 and fewer steps (a smoke test of the script).
 """
 
 import argparse
-import csv
-import math
 import os
 import re
 import shutil
 import statistics
 import subprocess
-import sys
 from collections import defaultdict
 
-import yaml
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import ROOT, mpirun_prefix, psar_binary  # noqa: E402
-from collective_cost_model import parse_bytes, read_csv  # noqa: E402
-from net_scaling import parse_bandwidth, parse_seconds, predict_allreduce, predict_ps  # noqa: E402
+from psar_exp import ROOT, costs, report, runner
+from psar_exp.io import read_csv, write_csv, write_text
+from psar_exp.units import parse_bandwidth, parse_bytes, parse_seconds
 
 SHARD_LINE = re.compile(r"shard (\d+) served: payload_bytes_in=(\d+) payload_bytes_out=(\d+)")
 
 
 def run_point(binary, exp_path, out, ranks, sets, dry_run):
-    cmd = mpirun_prefix(ranks) + [binary or "psar", "train", exp_path, "--out", out]
-    for s in sets:
-        cmd += ["--set", s]
+    cmd = runner.train_command(binary or "psar", exp_path, out, runner.Point(out, ranks, sets))
     print(f"  {' '.join(cmd)}", flush=True)
     if dry_run:
         return None
@@ -57,8 +48,8 @@ def run_point(binary, exp_path, out, ranks, sets, dry_run):
     env = dict(os.environ, PSAR_LOG="info", PSAR_LOG_SUBSYS="ps")
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if p.returncode != 0:
-        sys.stderr.write(p.stdout[-4000:] + p.stderr[-4000:])
-        sys.exit(f"ps_vs_allreduce.py: point {out} failed (exit code {p.returncode})")
+        raise runner.RunError(f"point {out} failed (exit code {p.returncode}):\n"
+                              f"{p.stdout[-4000:]}{p.stderr[-4000:]}")
     with open(os.path.join(out, "psar.log"), "w") as f:
         f.write(p.stderr)
     return p.stderr
@@ -81,21 +72,12 @@ def step_stats(run_dir, skip=3):
     return step_s, sync_s, sync_last_s, rank_bytes, len(by_step)
 
 
-def formula(method, n_workers, servers, n_bytes):
-    N = n_workers
+def formula(method, n_workers, servers, n_bytes, table):
+    """Bytes in + out of the busiest endpoint per step, or None."""
     if method == "ps":
-        return 2 * N * n_bytes / servers
-    if N == 1:
-        return 0
-    if method in ("ring", "halving_doubling"):
-        return 4 * (N - 1) / N * n_bytes if method == "ring" or N & (N - 1) == 0 else None
-    if method == "tree":  # a rank with c children moves (c + 1)·n each way
-        return 2 * n_bytes * (3 if N >= 5 else 2 if N >= 3 else 1)
-    if method == "naive":
-        return 2 * (N - 1) * n_bytes
-    if method == "butterfly":
-        return 2 * math.log2(N) * n_bytes if N & (N - 1) == 0 else None
-    return None
+        return costs.ps_shard_bytes(n_workers, servers, n_bytes)
+    sent = table.sent_busiest(method, n_workers, n_bytes)
+    return None if sent is None else 2 * sent
 
 
 def network(spec, exp):
@@ -109,7 +91,7 @@ def network(spec, exp):
     return f"{bandwidth}@{latency}", [f"net.bandwidth={bandwidth}", f"net.latency={latency}"]
 
 
-def predicted_sync(net, method, N, S, n_bytes, exp):
+def predicted_sync(net, method, N, S, n_bytes, exp, table):
     """The alpha-beta time of one synchronization of n_bytes (experiments/net_scaling.py)."""
     if net == "off" or method == "mpi" or (N == 1 and method != "ps"):
         return None
@@ -117,9 +99,8 @@ def predicted_sync(net, method, N, S, n_bytes, exp):
     B, alpha = parse_bandwidth(bandwidth), parse_seconds(latency)
     if method == "ps":
         chunk = parse_bytes(exp.get("ps", {}).get("chunk_bytes", "1M"))  # schema default 1M
-        return predict_ps(N, S, n_bytes, B, alpha, chunk)
-    segment = parse_bytes(exp.get("sync", {}).get("segment_bytes", "512K"))  # default 512K
-    return predict_allreduce(method, N, n_bytes, B, alpha, segment)
+        return costs.ps_time(N, S, n_bytes, B, alpha, chunk)
+    return table.time(method, N, n_bytes, alpha, 1 / B)
 
 
 def param_count(run_dir):
@@ -158,7 +139,7 @@ def scaling(exp, exp_path, out_root, binary, quick, dry_run):
                 if method == "ps":
                     shards = [(int(a), int(b)) for _, a, b in SHARD_LINE.findall(log)]
                     if len(shards) != S:
-                        sys.exit(f"ps_vs_allreduce.py: {name}: expected {S} shard lines in the log")
+                        raise runner.RunError(f"{name}: expected {S} shard lines in the log")
                     busiest = max(a + b for a, b in shards) / steps
                     M = param_count(run_dir)
                 rows.append({"network": net, "method": method, "servers": S or "",
@@ -169,21 +150,22 @@ def scaling(exp, exp_path, out_root, binary, quick, dry_run):
     if dry_run:
         return
     n_bytes = 4 * M
+    ar = exp.get("sync", {})
+    table = costs.query(sorted({r["workers"] for r in rows}), [n_bytes],
+                        algos=[a for a in sweep["allreduce"]],
+                        segment_bytes=ar.get("segment_bytes", "512K"), psar=binary)
     for r in rows:
-        f = formula(r["method"], r["workers"], r["servers"] or 1, n_bytes)
+        f = formula(r["method"], r["workers"], r["servers"] or 1, n_bytes, table)
         r["formula_bytes_per_step"] = "" if f is None or r["method"] == "mpi" else int(f)
         p = predicted_sync(str(r["network"]), r["method"], r["workers"], r["servers"] or 1,
-                           n_bytes, exp)
+                           n_bytes, exp, table)
         r["predicted_sync_ms"] = "" if p is None else round(1e3 * p, 3)
     write_table(rows, out_root, "scaling", M)
     plot_scaling(rows, os.path.join(out_root, "scaling.png"), M)
 
 
 def write_table(rows, out_root, stem, M):
-    with open(os.path.join(out_root, stem + ".csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(os.path.join(out_root, stem + ".csv"), rows)
     lines = [f"# PS vs allreduce: time per step and busiest endpoint (M = {M} parameters, "
              f"{4 * M / 2**20:.2f} MiB)", "",
              "Median over steps of the slowest rank; busiest endpoint = payload bytes in + out "
@@ -208,8 +190,7 @@ def write_table(rows, out_root, stem, M):
                      f"| {pred} "
                      f"| {r['busiest_bytes_per_step'] / 1e6:.2f} "
                      f"| {'' if f == '' else f'{f / 1e6:.2f}'} | {r['load1']} |")
-    with open(os.path.join(out_root, stem + ".md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_text(os.path.join(out_root, stem + ".md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -277,12 +258,9 @@ def consistency(exp, exp_path, out_root, binary, quick, dry_run):
         curves[model] = curve
     if dry_run:
         return
-    with open(os.path.join(out_root, "consistency.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["consistency", "step", "loss", "time_s"])
-        for model, curve in curves.items():
-            for s, loss, t in curve:
-                w.writerow([model, s, f"{loss:.6f}", f"{t:.4f}"])
+    write_csv(os.path.join(out_root, "consistency.csv"),
+              [{"consistency": model, "step": s, "loss": f"{loss:.6f}", "time_s": f"{t:.4f}"}
+               for model, curve in curves.items() for s, loss, t in curve])
     lines = [f"# SSP and ASP against BSP (N = {N} workers, S = {S} shard, network {net})", "",
              "Loss: mean over workers of each worker's batch loss (last 10 steps averaged); "
              "time: sum over steps of the slowest worker's step time.", "",
@@ -291,8 +269,7 @@ def consistency(exp, exp_path, out_root, binary, quick, dry_run):
         tail = statistics.mean(l for _, l, _ in curve[-10:])
         lines.append(f"| {model} | {len(curve)} | {tail:.4f} | {curve[-1][2]:.2f} "
                      f"| {len(curve) / curve[-1][2]:.1f} |")
-    with open(os.path.join(out_root, "consistency.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_text(os.path.join(out_root, "consistency.md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
     import matplotlib
     matplotlib.use("Agg")
@@ -324,8 +301,7 @@ def main():
     ap.add_argument("--replot", action="store_true",
                     help="redraw scaling.png from scaling.csv without running anything")
     args = ap.parse_args()
-    with open(args.experiment) as f:
-        exp = yaml.safe_load(f)
+    exp = report.load(args.experiment, "ps_vs_allreduce")
     out_root = os.path.join(args.results, exp["experiment"]["name"])
     os.makedirs(out_root, exist_ok=True)
     if args.replot:
@@ -338,7 +314,7 @@ def main():
                 and r["workers"] == 1 and r["servers"] == "1") // 8
         plot_scaling(rows, os.path.join(out_root, "scaling.png"), M)
         return
-    binary = None if args.dry_run else psar_binary()
+    binary = None if args.dry_run else runner.psar_binary()
     if args.only != "consistency":
         scaling(exp, args.experiment, out_root, binary, args.quick, args.dry_run)
     if args.only != "scaling":
@@ -346,4 +322,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    runner.main_guard("ps_vs_allreduce.py", main)

@@ -7,10 +7,11 @@ beside the plot of the accuracy curves (plot.py).
     experiments/sync_table.py results/<experiment>
 """
 
-import csv
 import os
 import statistics
 import sys
+
+from psar_exp.io import read_csv, write_text
 
 
 def main():
@@ -22,15 +23,13 @@ def main():
         path = os.path.join(folder, run)
         if not os.path.exists(os.path.join(path, "steps.csv")):
             continue
-        with open(os.path.join(path, "steps.csv")) as f:
-            steps = list(csv.DictReader(f))
+        steps = read_csv(os.path.join(path, "steps.csv"))
         # Skip the first steps of each rank: warm-up (allocation, first touches).
         steady = [r for r in steps if int(r["step"]) > 5] or steps
         step_s = statistics.median(float(r["step_s"]) for r in steady)
         sync_s = statistics.median(float(r["sync_s"]) for r in steady)
         sent = int(statistics.median(int(r["bytes_sent"]) for r in steady))
-        with open(os.path.join(path, "summary.csv")) as f:
-            summary = next(csv.DictReader(f))
+        summary = read_csv(os.path.join(path, "summary.csv"))[0]
         rows.append((summary["sync"], step_s, sync_s, sent, float(summary["test_accuracy"]),
                      float(summary["final_loss"])))
     if not rows:
@@ -44,9 +43,7 @@ def main():
     lines.append("`mpi` calls MPI_Allreduce, which bypasses psar's Comm counters: its bytes read 0. "
                  "Times are medians over steps 6 and later of every rank; the host has 2 cores for 4 ranks.")
     out = os.path.join(folder, "sync_table.md")
-    with open(out + ".tmp", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(out + ".tmp", out)
+    write_text(out, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

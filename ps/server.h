@@ -60,7 +60,7 @@ struct ServerOptions {
 };
 
 // Traffic of one side of the protocol. Payload bytes are the floats pushed
-// and pulled (what the R1 volume formulas count); headers are the control
+// and pulled (what the volume counts of docs/theory.md count); headers are the control
 // part, counted apart. `rejected` counts requests answered with an error
 // (server) or error replies received (client).
 struct PsCounters {

@@ -11,7 +11,7 @@ packages=(
   libyaml-cpp-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist fortunes-min
-  python3 python3-yaml python3-matplotlib
+  python3 python3-yaml python3-matplotlib python3-pytest
 )
 
 missing=()

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The README's test command: installs what is missing, builds, runs every test.
+# The README's test command: installs what is missing, builds, runs every test
+# (CTest, then the experiment harness's pytest suite against the built psar).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/deps.sh"
@@ -7,3 +8,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${PSAR_BUILD_DIR:-$root/build}
 cd "$build"
 ctest --output-on-failure --timeout 600 "$@"
+
+# pytest exits 5 when it collected no tests: that is a broken suite, not a pass.
+cd "$root"
+status=0
+PSAR_BIN="$build/trainer/psar" /usr/bin/python3 -m pytest -q -p no:cacheprovider experiments/tests \
+  || status=$?
+if ((status == 5)); then
+  echo "psar: pytest collected no tests under experiments/tests" >&2
+fi
+exit "$status"

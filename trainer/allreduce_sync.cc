@@ -16,9 +16,14 @@ void AllreduceSync::step(std::span<float> params, std::span<float> grads) {
   optimizer_->step(params, grads);
 }
 
-SyncSetup make_allreduce_sync(const std::string& algorithm, SyncInit& init) {
+AllreduceOptions allreduce_options(const Config& config) {
   AllreduceOptions options;
-  options.segment_bytes = init.config.get_bytes("sync.segment_bytes");
+  options.segment_bytes = config.get_bytes("sync.segment_bytes");
+  return options;
+}
+
+SyncSetup make_allreduce_sync(const std::string& algorithm, SyncInit& init) {
+  const AllreduceOptions options = allreduce_options(init.config);
   Comm& group = init.data_parallel ? *init.data_parallel : init.world;
   SyncSetup setup;
   setup.workers = &init.world;

@@ -1,5 +1,6 @@
 #include "trainer/cli.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "comm/mpi_comm.h"
@@ -36,6 +37,35 @@ int64_t parse_int_arg(const std::string& command, const std::string& flag,
     throw ConfigError(command + ": " + flag + " must be at least " + std::to_string(min) +
                       ", got " + text);
   return v;
+}
+
+std::vector<FlagArg> split_flags(const std::string& command, const std::vector<std::string>& args,
+                                 const std::string& usage) {
+  std::vector<FlagArg> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (const auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      out.push_back({arg.substr(0, eq), arg.substr(eq + 1)});
+    } else if (arg == "-h" || arg == "--help") {
+      out.push_back({"--help", ""});
+    } else {
+      if (i + 1 >= args.size())
+        throw ConfigError(command + ": " + arg + " needs a value\n" + usage);
+      out.push_back({arg, args[++i]});
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> split_list_arg(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    if (comma > start) out.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
 }
 
 int CliContext::world_rank_hint() const {

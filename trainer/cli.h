@@ -34,12 +34,27 @@ std::span<const Subcommand> subcommands();
 // otherwise a ConfigError naming the command and the flag.
 int64_t parse_int_arg(const std::string& command, const std::string& flag,
                       const std::string& text, int64_t min);
+// A subcommand's flags as (flag, value) pairs, from "--flag value", "-f value"
+// or "--flag=value"; "-h" and "--help" come back as {"--help", ""}. A flag
+// without its value is a ConfigError naming the command and the flag.
+struct FlagArg {
+  std::string flag, value;
+};
+std::vector<FlagArg> split_flags(const std::string& command, const std::vector<std::string>& args,
+                                 const std::string& usage);
+// "a,b,,c" -> {"a", "b", "c"}: a comma-separated list argument, empty items dropped.
+std::vector<std::string> split_list_arg(const std::string& text);
 
 // Subcommands, one file each.
 int cmd_train(CliContext&);
 int cmd_bench_allreduce(CliContext&);
+int cmd_cost(CliContext&);
 int cmd_bench_ps(CliContext&);
 int cmd_schedule(CliContext&);
 int cmd_keys(CliContext&);
+
+// What `psar bench allreduce` runs without --algos: every host algorithm of
+// the allreduce registry, in its order (a registered one included).
+std::vector<std::string> bench_allreduce_default_algos();
 
 }  // namespace psar

@@ -1,8 +1,11 @@
 // psar bench allreduce — the allreduce sweep, reported like nccl-tests.
 //
-//   mpirun -np 4 psar bench allreduce --algos ring,tree,butterfly,halving_doubling,naive,mpi
+//   mpirun -np 4 psar bench allreduce [--algos ring,tree,...]
 //       -b 4K -e 64M -f 2 -n 20 -w 5 -c 1 --csv FILE [--volume-csv FILE] [-r ROUNDS]
 //       [--set sync.segment_bytes=512K] [--set sync.timeout=60s]
+//
+// Without --algos: every host algorithm of the registry, in its order
+// (bench_allreduce_default_algos).
 //
 // For every size b, b·f, b·f², … ≤ e (bytes, float32 elements, in place) and
 // every algorithm: an optional checked call (-c 1: a known pattern summed, the
@@ -20,7 +23,8 @@
 //
 // --volume-csv adds one more call per (size, algorithm) with the Comm byte
 // counters reset: bytes and messages sent, summed over ranks and the busiest
-// rank (R1 of REPRODUCE.md). The `mpi` backend's traffic goes through MPI's own
+// rank, to set beside each algorithm's exact count (`psar cost`,
+// docs/algorithms.md). The `mpi` backend's traffic goes through MPI's own
 // collective, which the counters cannot see: its rows read 0.
 
 #include <algorithm>
@@ -38,6 +42,7 @@
 #include "comm/netem.h"
 #include "core/timer.h"
 #include "core/units.h"
+#include "trainer/allreduce_sync.h"
 #include "trainer/cli.h"
 #include "trainer/schema.h"
 
@@ -46,8 +51,7 @@ namespace psar {
 namespace {
 
 struct BenchOptions {
-  std::vector<std::string> algos = {"ring", "tree", "butterfly", "halving_doubling", "naive",
-                                    "mpi"};
+  std::vector<std::string> algos = bench_allreduce_default_algos();
   int64_t min_bytes = 4096, max_bytes = 64 << 20;
   int64_t factor = 2;
   int iters = 20, warmup = 5, rounds = 0;  // rounds 0: min(iters, 5)
@@ -73,33 +77,14 @@ int64_t parse_size(const std::string& flag, const std::string& text) {
   }
 }
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    if (comma > start) out.push_back(text.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
-}
-
 BenchOptions parse(const std::vector<std::string>& args) {
   BenchOptions o;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i], value;
-    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (flag == "-h" || flag == "--help") {
+  for (const auto& [flag, value] : split_flags("psar bench allreduce", args, kUsage)) {
+    if (flag == "--help") {
       o.help = true;
       return o;
-    } else {
-      if (i + 1 >= args.size())
-        throw ConfigError("psar bench allreduce: " + flag + " needs a value\n" + kUsage);
-      value = args[++i];
     }
-    if (flag == "--algos") o.algos = split_list(value);
+    if (flag == "--algos") o.algos = split_list_arg(value);
     else if (flag == "-b" || flag == "--minbytes") o.min_bytes = parse_size(flag, value);
     else if (flag == "-e" || flag == "--maxbytes") o.max_bytes = parse_size(flag, value);
     else if (flag == "-f" || flag == "--stepfactor") o.factor = parse_int(flag, value, 2);
@@ -182,6 +167,8 @@ void print_row(const Row& r) {
 
 }  // namespace
 
+std::vector<std::string> bench_allreduce_default_algos() { return allreducer_names(); }
+
 int cmd_bench_allreduce(CliContext& ctx) {
   const BenchOptions o = parse(ctx.args);
   if (o.help) {
@@ -189,8 +176,7 @@ int cmd_bench_allreduce(CliContext& ctx) {
     return 0;
   }
   const Config config = Config::load_string("{}", config_schema(), ctx.overrides, "--set");
-  AllreduceOptions ao;
-  ao.segment_bytes = config.get_bytes("sync.segment_bytes");
+  const AllreduceOptions ao = allreduce_options(config);
   std::vector<std::unique_ptr<Allreducer>> algos;
   for (const auto& name : o.algos) algos.push_back(make_allreducer(name, ao));
 

@@ -22,7 +22,7 @@
 // pulls per second. CSV columns: mode,servers,workers,size,time_us,bandwidth.
 // --volume-csv adds one more push_pull per point, counted on its own: payload
 // bytes and messages sent by all workers and shards together and by the
-// busiest rank (REPRODUCE.md R1: N·M pushed, N·M pulled), in the columns of
+// busiest rank (docs/theory.md: N·M pushed, N·M pulled), in the columns of
 // `psar bench allreduce --volume-csv` (algo ps, or ps_s<S> for S > 1).
 // Only rank 0 prints and writes the CSVs.
 
@@ -119,7 +119,7 @@ struct Timing {
   double ps_s = 0, raw_s = 0;
 };
 
-// Payload bytes and messages of one push_pull (REPRODUCE.md R1): every
+// Payload bytes and messages of one push_pull (docs/theory.md): every
 // worker pushes M and pulls M, the shards take in N·M and send N·M.
 struct Volume {
   double sent_total = 0, sent_max_rank = 0, messages_total = 0;

@@ -8,6 +8,8 @@ constexpr Subcommand kCommands[] = {
     {"bench allreduce", &cmd_bench_allreduce,
      "allreduce sweep, nccl-tests style: --algos ring,mpi -b 4K -e 64M -f 2 -n 20 -w 5"},
     {"bench ps", &cmd_bench_ps, "parameter-server push+pull sweep beside raw ZeroMQ"},
+    {"cost", &cmd_cost,
+     "allreduce cost forms and exact bytes: --p 2,4 --n 4K,16M --alpha 5us --beta 1e-10"},
     {"keys", &cmd_keys, "list every configuration key (Markdown)"},
     {"schedule", &cmd_schedule, "print a pipeline schedule: --kind 1f1b --stages 4 --microbatches 8"},
 };

@@ -1,94 +1,135 @@
-"""The R2 half of experiments/report_collectives.py: the alpha-beta-gamma
-cost forms of docs/algorithms.md, their fit to a `psar bench allreduce` sweep,
-the busbw plots and the Markdown table with the issue's targets."""
+"""The allreduce reports of experiments/report_collectives.py: the
+communication volume of one allreduce beside its exact count (report kind
+`volume`), and the α-β-γ fit of a `psar bench allreduce` sweep with busbw
+plots, predicted vs measured times and the targets (kind `cost`). The cost
+forms and byte counts come from `psar cost` (psar_exp.costs)."""
 
-import csv
+import json
 import math
 import os
 
-UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+from psar_exp import costs, runner
+from psar_exp.io import md_table, read_csv, write_csv, write_text
+from psar_exp.units import human, parse_bytes
 
 
-def parse_bytes(text):
-    text = str(text).strip().upper().replace("IB", "").replace("B", "")
-    suffix = text[-1] if text and text[-1] in UNITS else ""
-    return int(float(text[: len(text) - len(suffix)]) * UNITS[suffix])
+# ---- communication volume -----------------------------------------------------
+
+def textbook_count(algo, p):
+    """The textbook's count of bytes in all, in units of M (docs/theory.md):
+    N where the exact counts have N−1."""
+    return {"naive": p * p, "ring": 2 * p, "tree": 2 * p, "ps": 2 * p,
+            "butterfly": p * math.log2(p), "halving_doubling": 2 * p}.get(algo)
 
 
-def human(nbytes):
-    for s in ("G", "M", "K"):
-        if nbytes >= UNITS[s] and nbytes % UNITS[s] == 0:
-            return f"{nbytes // UNITS[s]}{s}"
-    return str(nbytes)
+def report_volume(exp, psar, out, high_priority=False):
+    """One allreduce of bench.size per algorithm and N with the Comm counters
+    on (and one PS push_pull with one shard); rows of volume.csv."""
+    bench = exp["bench"]
+    size = parse_bytes(bench["size"])
+    one_call = {"min": size, "max": size, "factor": 2, "iters": 1, "warmup": 0, "rounds": 1}
+    rows = []
+    for p in bench["ranks"]:
+        tmp = os.path.join(out, f"volume_n{p}.csv")
+        runner.run(runner.mpirun_prefix(p) + runner.bench_allreduce_args(
+            psar, bench["algos"], one_call, bench["segment_bytes"], volume_csv=tmp),
+            high_priority)
+        rows += read_csv(tmp)
+        os.remove(tmp)
+    if bench.get("ps"):
+        # The parameter server with one shard: N workers + 1 server rank.
+        for p in bench["ranks"]:
+            tmp = os.path.join(out, f"volume_ps_n{p}.csv")
+            runner.run(runner.mpirun_prefix(p + 1) + [
+                psar, "bench", "ps", "--servers", "1", "-b", str(size), "-e", str(size), "-n",
+                "1", "-w", "0", "--volume-csv", tmp, "--set",
+                f"ps.chunk_bytes={bench['ps']['chunk_bytes']}"], high_priority)
+            rows += read_csv(tmp)
+            os.remove(tmp)
+    write_csv(os.path.join(out, "volume.csv"), rows)
+    return rows
 
 
-def read_csv(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
+def exact_total(table, algo, p, M):
+    """Exact bytes sent in all, in units of M: psar cost's count, or the PS's."""
+    if algo == "ps":
+        return costs.ps_bytes_total(p, M) / M
+    total = table.sent_total(algo, p, M)
+    return None if total is None else total / M
 
 
-def write_text(path, text):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+def volume_table(rows, table, note):
+    M = int(rows[0]["size"])
+    body = []
+    for r in rows:
+        p, algo = int(r["ranks"]), r["algo"]
+        total, busiest = int(r["bytes_sent_total"]) / M, int(r["bytes_sent_max_rank"]) / M
+        exact, textbook = exact_total(table, algo, p, M), textbook_count(algo, p)
+        mark = "" if exact is None or abs(total - exact) < 1e-9 else " **≠ exact**"
+        name = "ps (S = 1; N workers + 1 server)" if algo == "ps" else algo
+        body.append([name, p, f"{total:.4f}{mark}", f"{exact:g}", f"{textbook:.3g}",
+                     f"{busiest:.4f}", r["messages_sent_total"]])
+    lines = [
+        "# Communication volume per allreduce", "",
+        f"One allreduce of M = {human(M)} bytes ({M // 4} floats), bytes sent as counted by "
+        "the Comm counters (payload of point-to-point messages; the control plane is not "
+        "counted), summed over all ranks and for the busiest rank, in units of M. `exact` is "
+        "the count of `psar cost` (the registry's formula, which tests/allreduce/bytes_test.cc "
+        "holds to the counters); `textbook` the usual textbook count (docs/theory.md). "
+        "Regenerate: `experiments/report_collectives.py experiments/comm_volume.yaml`.", "",
+        md_table(["algorithm", "N", "measured total / M", "exact / M", "textbook / M",
+                  "busiest rank / M", "messages"], body),
+        "Notes: the textbook counts have N where the exact counts have N−1 (a rank does "
+        "not send to itself), so measured/textbook → 1 only as N grows. Ring and tree move "
+        "the same total, but the ring spreads it evenly (busiest rank 2(N−1)/N·M) while a "
+        "tree's inner rank moves up to 3M. Butterfly and halving-doubling at N = 3 fold "
+        "one rank in and out (+2M in all; butterfly: N·M·log₂N holds for powers of two "
+        "only). The parameter server (`psar bench ps --volume-csv`, one push_pull, payload "
+        "bytes of workers and shard together) moves 2·N·M — each worker pushes M and pulls "
+        "M — like the textbook count; unlike the ring, all of it passes through the one "
+        "shard (busiest rank N·M sent, as much received): the central bottleneck, which "
+        "S shards divide by S (results/ps_vs_allreduce/).", "", note, ""]
+    return "\n".join(lines)
 
 
-def cost_terms(algo, p, n, segment):
-    """Coefficients (a, b, c) of alpha, beta, gamma for one call."""
-    p2 = 1 << int(math.floor(math.log2(p)))
-    L, f = int(math.log2(p2)), (1 if p != p2 else 0)
-    if algo in ("ring", "mpi"):
-        return 2 * (p - 1), 2 * (p - 1) / p * n, (p - 1) / p * n
-    if algo == "halving_doubling":
-        return 2 * L + 2 * f, 2 * (p2 - 1) / p2 * n + 2 * f * n, (p2 - 1) / p2 * n + f * n
-    if algo == "butterfly":
-        return L + 2 * f, L * n + 2 * f * n, L * n + f * n
-    if algo == "tree":
-        # Each phase (reduce, then broadcast) is bound by the root's link: k·S
-        # segments through it, after a fill of two segment times per level of
-        # two-child inner nodes below the root's children (docs/algorithms.md;
-        # exact for N a power of two, an approximation of the fill otherwise).
-        D, S, k = int(math.floor(math.log2(p))), max(1, math.ceil(n / segment)), min(2, p - 1)
-        fill = 2 * max(0, D - 2)
-        return 2 * (D + S - 1), 2 * (k * S + fill) * n / S, (k * S + fill) * n / S
-    if algo == "naive":
-        return p - 1, (p - 1) * n, (p - 1) * n
-    raise ValueError(f"no cost form for {algo}")
+# ---- the sweeps of the cost report ---------------------------------------------
+
+def measure_gamma(bench_reduce, high_priority=False):
+    """Seconds per byte reduced by ops::add_inplace on a vector far past the caches."""
+    if not os.path.exists(bench_reduce):
+        raise runner.RunError(f"{bench_reduce} not found (build the bench_reduce target)")
+    out = runner.run([bench_reduce, "--benchmark_filter=BM_AddInplace/67108864",
+                      "--benchmark_format=json", "--benchmark_min_time=0.5"], high_priority)
+    return 1.0 / json.loads(out)["benchmarks"][0]["bytes_per_second"]
 
 
-def fit_alpha_beta(samples, gamma):
-    """Non-negative least squares on relative error over (a, b, c, t) samples."""
-    best = None
-    for use in ((True, True), (True, False), (False, True)):
-        # Rows scaled by 1/t: minimize sum ((a alpha + b beta + c gamma - t) / t)^2.
-        cols = [i for i, u in enumerate(use) if u]
-        A = [[(s[i] / s[3]) for i in cols] for s in samples]
-        y = [1 - s[2] * gamma / s[3] for s in samples]
-        x = solve_least_squares(A, y)
-        if x is None or any(v < 0 for v in x):
-            continue
-        full = [0.0, 0.0]
-        for i, v in zip(cols, x):
-            full[i] = v
-        err = sum((r - sum(ai * xi for ai, xi in zip(row, x))) ** 2 for row, r in zip(A, y))
-        if best is None or err < best[0]:
-            best = (err, full)
-    return best[1] if best else [0.0, 0.0]
+def run_sweeps(exp, psar, out, high_priority=False):
+    bench = exp["bench"]
+    for p in bench["ranks"]:
+        rows = []
+        for k, s in enumerate(bench["sweeps"]):
+            tmp = os.path.join(out, f"bench_n{p}_part{k}.csv")
+            runner.run(runner.mpirun_prefix(p) + runner.bench_allreduce_args(
+                psar, bench["algos"], s, bench["segment_bytes"], csv=tmp), high_priority)
+            rows += read_csv(tmp)
+            os.remove(tmp)
+        write_csv(os.path.join(out, f"bench_n{p}.csv"), rows)
 
 
-def solve_least_squares(A, y):
-    """Normal equations for 1 or 2 unknowns (enough here; no numpy needed)."""
-    k = len(A[0])
-    G = [[sum(r[i] * r[j] for r in A) for j in range(k)] for i in range(k)]
-    h = [sum(r[i] * v for r, v in zip(A, y)) for i in range(k)]
-    if k == 1:
-        return [h[0] / G[0][0]] if G[0][0] > 0 else None
-    det = G[0][0] * G[1][1] - G[0][1] * G[1][0]
-    if abs(det) < 1e-300:
-        return None
-    return [(h[0] * G[1][1] - h[1] * G[0][1]) / det, (G[0][0] * h[1] - G[1][0] * h[0]) / det]
+def run_forced_mpi(exp, psar, out, high_priority=False):
+    """The ring against Open MPI's own algorithms, forced one at a time with
+    its MCA parameters (`forced_mpi:` in the YAML): what each costs in MPI's
+    implementation, beside psar's, in the same run."""
+    forced = exp.get("forced_mpi")
+    for name, alg in (forced or {}).get("algorithms", {}).items():
+        for p in exp["bench"]["ranks"]:
+            mca = [("coll_tuned_use_dynamic_rules", 1), ("coll_tuned_allreduce_algorithm", alg)]
+            runner.run(runner.mpirun_prefix(p, mca) + runner.bench_allreduce_args(
+                psar, forced["algos"], forced["sweep"], exp["bench"]["segment_bytes"],
+                csv=os.path.join(out, f"forced_{name}_n{p}.csv")), high_priority)
 
+
+# ---- the α-β-γ report -------------------------------------------------------
 
 def forced_section(exp, out):
     forced = exp.get("forced_mpi")
@@ -147,9 +188,8 @@ def plot_busbw(series, out):
              [(a, series[(a, p)]) for a in algos if (a, p) in series])
 
 
-def report_cost(exp, out, gamma, note):
+def report_cost(exp, out, gamma, note, psar=None):
     bench = exp["bench"]
-    segment = parse_bytes(bench.get("segment_bytes", "512K"))
     data, series = {}, {}
     for p in bench["ranks"]:
         for r in read_csv(os.path.join(out, f"bench_n{p}.csv")):
@@ -159,11 +199,14 @@ def report_cost(exp, out, gamma, note):
     for key, pts in data.items():
         series[key] = [(n, bw) for n, _, bw, _ in pts]
     plot_busbw(series, out)
+    sizes = sorted({n for pts in data.values() for n, *_ in pts})
+    table = costs.query(bench["ranks"], sizes, algos=sorted({a for a, _ in data}),
+                        segment_bytes=bench["segment_bytes"], psar=psar)
 
-    lines = ["# Alpha-beta-gamma cost of the allreduce algorithms (R2)", "",
+    lines = ["# Alpha-beta-gamma cost of the allreduce algorithms", "",
              "Sweep of `psar bench allreduce` (in place, float32, time = median over rounds of "
              "the max over ranks; every algorithm in the same run, taking turns), fitted to the "
-             "cost forms of docs/algorithms.md. γ is measured on the reduction kernel "
+             "cost forms of docs/algorithms.md (from `psar cost`). γ is measured on the reduction kernel "
              f"(bench_reduce, add_inplace on 64 MiB): γ = {gamma * 1e12:.1f} ps/byte "
              f"({1e-9 / gamma:.2f} GB/s); α ≥ 0 and β ≥ 0 are fitted per algorithm and N by "
              "least squares on relative error. Regenerate: `experiments/report_collectives.py "
@@ -172,8 +215,8 @@ def report_cost(exp, out, gamma, note):
              "|---|---|---|---|---|---|---|"]
     fits = {}
     for (a, p), pts in sorted(data.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        samples = [cost_terms(a, p, n, segment) + (t,) for n, t, _, _ in pts]
-        alpha, beta = fit_alpha_beta(samples, gamma)
+        samples = [table.terms(a, p, n) + (t,) for n, t, _, _ in pts]
+        alpha, beta = costs.fit_alpha_beta(samples, gamma)
         fits[(a, p)] = (alpha, beta)
         rel = sorted(abs((s[0] * alpha + s[1] * beta + s[2] * gamma) / s[3] - 1) for s in samples)
         wrong = sum(int(w) for *_, w in pts if w not in ("", None))
@@ -188,9 +231,8 @@ def report_cost(exp, out, gamma, note):
             cells = []
             for a in algos:
                 _, t, _, _ = data[(a, p)][i]
-                ca, cb, cc = cost_terms(a, p, n, segment)
                 alpha, beta = fits[(a, p)]
-                cells.append(f"{t * 1e6:.1f} / {(ca * alpha + cb * beta + cc * gamma) * 1e6:.1f}")
+                cells.append(f"{t * 1e6:.1f} / {table.time(a, p, n, alpha, beta, gamma) * 1e6:.1f}")
             lines.append(f"| {human(n)} | " + " | ".join(cells) + " |")
     lines += ["", READING, "", targets_section(exp, data), "", forced_section(exp, out), "",
               note, ""]

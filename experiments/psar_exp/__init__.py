@@ -1,0 +1,16 @@
+"""psar's experiment harness as one package.
+
+    runner   mpirun with this machine's flags, the psar binary, sweep expansion
+    io       CSV reading, atomic writes, Markdown tables
+    units    sizes, durations and bandwidths as psar spells them
+    costs    the allreduce cost forms and exact byte counts, from `psar cost`
+    report   experiment and report YAMLs, validated on load
+
+The scripts in experiments/ are thin definitions on top of it; they import it
+as `psar_exp` (Python puts a script's own folder first on sys.path), and the
+tests in experiments/tests/ through experiments/conftest.py.
+"""
+
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

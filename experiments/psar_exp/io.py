@@ -1,0 +1,37 @@
+"""Files: CSV in and out, atomic writes (a report is whole or absent), and
+Markdown tables."""
+
+import csv
+import os
+
+
+def read_csv(path):
+    """Rows of a CSV with a header, as dicts of strings."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def write_text(path, text):
+    """Writes beside the target and renames over it."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_csv(path, rows, fieldnames=None):
+    """Rows (dicts) with the header of the first row unless given."""
+    fieldnames = fieldnames or list(rows[0])
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fieldnames)
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
+
+
+def md_table(header, rows):
+    """A Markdown table, one line per row, ending in a newline."""
+    lines = ["| " + " | ".join(str(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,172 @@
+"""Running psar: the binary, mpirun with the flags this machine needs, the
+expansion of an experiment's sweep into points, and one runner of commands.
+
+A sweep maps keys to lists of values; its points are the cartesian product,
+in the order the keys are written. A key is a dotted config key (passed as
+`--set key=value`) or `ranks` (the world size, mpirun -np).
+"""
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+import yaml
+
+from psar_exp import ROOT
+from psar_exp.report import SchemaError
+
+
+class RunError(RuntimeError):
+    """A command of the harness failed or could not start."""
+
+
+def psar_binary(path=None):
+    """The psar binary: `path`, else $PSAR_BIN, else build/trainer/psar."""
+    path = path or os.environ.get("PSAR_BIN", os.path.join(ROOT, "build", "trainer", "psar"))
+    if not os.access(path, os.X_OK):
+        raise RunError(f"psar binary not found at {path} (run scripts/build.sh, or set PSAR_BIN)")
+    return path
+
+
+def mpirun_prefix(ranks, mca=()):
+    """mpirun -np ranks, as root and beyond the core count; `mca` adds
+    (name, value) pairs as --mca arguments."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        raise RunError("mpirun not found (install openmpi-bin, or run scripts/deps.sh)")
+    # Root needs --allow-run-as-root; beyond the core count, --oversubscribe
+    # (Open MPI then yields when idle; never force busy-polling).
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)]
+    for name, value in mca:
+        cmd += ["--mca", name, str(value)]
+    return cmd
+
+
+def expand(sweep, where="experiment.sweep"):
+    """Cartesian product of {key: [values]} as a list of [(key, value), ...].
+    A scalar value is a list of one; no sweep is one point with no keys."""
+    if sweep is None:
+        return [[]]
+    if not isinstance(sweep, dict):
+        raise SchemaError(f"{where}: must map keys to lists of values, got {type(sweep).__name__}")
+    lists = []
+    for key, values in sweep.items():
+        values = values if isinstance(values, list) else [values]
+        if not values:
+            raise SchemaError(f"{where}.{key}: an empty list leaves nothing to run")
+        if key == "ranks" and not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                                      for v in values):
+            raise SchemaError(f"{where}.ranks: world sizes must be integers >= 1, got {values}")
+        lists.append([(key, v) for v in values])
+    return [list(combo) for combo in itertools.product(*lists)]
+
+
+def yaml_scalar(v):
+    """A value as --set takes it."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, dict)):
+        return yaml.safe_dump(v, default_flow_style=True).strip()
+    return str(v)
+
+
+@dataclass
+class Point:
+    """One run of a sweep."""
+    name: str          # its directory under results/<experiment>/
+    ranks: int
+    sets: list         # "key=value" overrides
+    swept: dict = field(default_factory=dict)  # key -> value as text, for summary.csv
+
+
+def points(exp, base_ranks=None, extra_sets=()):
+    """The points of a `psar train` experiment (its `experiment:` section)."""
+    meta = exp.get("experiment") or {}
+    base = base_ranks or int(meta.get("ranks", 4))
+    backend = (exp.get("sync") or {}).get("backend", "mpi")
+    out = []
+    for combo in expand(meta.get("sweep")):
+        ranks, sets, parts = base, list(extra_sets), []
+        if not any(k == "sync.backend" for k, _ in combo):
+            parts.append(backend)
+        for k, v in combo:
+            if k == "ranks":
+                ranks = int(v)
+            else:
+                sets.append(f"{k}={yaml_scalar(v)}")
+                parts.append(f"{k.split('.')[-1]}-{v}")
+        parts.append(f"n{ranks}")
+        name = "_".join(str(p).replace("/", "-").replace(" ", "") for p in parts)
+        out.append(Point(name, ranks, sets, {k: str(v) for k, v in combo}))
+    return out
+
+
+def train_command(binary, exp_path, out, point, extra=()):
+    """mpirun ... psar train EXP --out OUT [extra] --set k=v ..."""
+    cmd = mpirun_prefix(point.ranks) + [binary, "train", exp_path, "--out", out, *extra]
+    for s in point.sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def bench_allreduce_args(psar, algos, sweep, segment_bytes, csv=None, volume_csv=None, sets=()):
+    """psar bench allreduce over sweep {min, max, factor, iters, warmup[,
+    rounds]}, every algorithm checked (-c 1); mpirun's prefix not included."""
+    cmd = [psar, "bench", "allreduce", "--algos", ",".join(algos), "-b", str(sweep["min"]),
+           "-e", str(sweep["max"]), "-f", str(sweep["factor"]), "-n", str(sweep["iters"]),
+           "-w", str(sweep["warmup"]), "-c", "1", "--set", f"sync.segment_bytes={segment_bytes}"]
+    if "rounds" in sweep:
+        cmd += ["-r", str(sweep["rounds"])]
+    if csv:
+        cmd += ["--csv", csv]
+    if volume_csv:
+        cmd += ["--volume-csv", volume_csv]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def run(cmd, high_priority=False, env=None):
+    """Runs a command, echoing it; returns its stdout. RunError with its
+    output when it fails. high_priority: in a session of its own at autogroup
+    nice -19 (root), so other sessions' compilations on a shared host perturb
+    the timing less (Linux autogroups make plain `nice` useless across
+    sessions)."""
+    print("+", " ".join(cmd), flush=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                          preexec_fn=_favored if high_priority else None)
+    if done.returncode != 0:
+        raise RunError(f"command failed ({done.returncode}): {' '.join(cmd)}\n"
+                       f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+    return done.stdout
+
+
+def _favored():
+    os.setsid()
+    with open("/proc/self/autogroup", "w") as f:
+        f.write("-19")
+
+
+def machine_note(load_before=None, high_priority=False):
+    """One line on the machine (and, given the load before, on the load during
+    timed runs) for the foot of a report."""
+    mpi = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout.splitlines()
+    machine = f"Machine: {os.cpu_count()} cores, {mpi[0] if mpi else 'mpirun'}"
+    if load_before is None:
+        return machine + "."
+    prio = (" Benchmarks ran in their own scheduler group at nice -19 (--high-priority)."
+            if high_priority else "")
+    return (f"{machine}; 1-minute load average {load_before:.2f} before, "
+            f"{os.getloadavg()[0]:.2f} after the runs (other work on the host adds noise to "
+            f"every time).{prio}")
+
+
+def main_guard(prog, fn):
+    """Runs fn(); harness errors end the script with one line naming `prog`."""
+    try:
+        fn()
+    except (RunError, SchemaError, OSError) as e:
+        sys.exit(f"{prog}: {e}")

@@ -1,0 +1,64 @@
+"""The sweep expansion and the points of a `psar train` experiment."""
+
+import pytest
+
+from psar_exp import runner
+from psar_exp.report import SchemaError
+
+
+def test_expansion_is_the_cartesian_product_in_key_order():
+    pts = runner.expand({"sync.backend": ["ring", "tree"], "ranks": [2, 4, 8]})
+    assert len(pts) == 6
+    assert pts[0] == [("sync.backend", "ring"), ("ranks", 2)]
+    assert pts[1] == [("sync.backend", "ring"), ("ranks", 4)]
+    assert pts[-1] == [("sync.backend", "tree"), ("ranks", 8)]
+    assert sorted({v for p in pts for k, v in p if k == "ranks"}) == [2, 4, 8]
+
+
+def test_a_scalar_is_a_list_of_one_and_no_sweep_is_one_empty_point():
+    assert runner.expand({"train.steps": 5}) == [[("train.steps", 5)]]
+    assert runner.expand(None) == [[]]
+
+
+@pytest.mark.parametrize("sweep, field", [
+    (["ring", "tree"], "experiment.sweep: must map keys"),
+    ({"sync.backend": []}, "experiment.sweep.sync.backend: an empty list"),
+    ({"ranks": [2, "four"]}, "experiment.sweep.ranks: world sizes must be integers"),
+    ({"ranks": [0]}, "experiment.sweep.ranks: world sizes must be integers"),
+])
+def test_a_bad_sweep_is_an_error_naming_the_field(sweep, field):
+    with pytest.raises(SchemaError, match=field):
+        runner.expand(sweep)
+
+
+def test_points_name_runs_and_pass_the_swept_keys_as_overrides():
+    exp = {"experiment": {"ranks": 4, "sweep": {"parallel.microbatches": [4, 8],
+                                                "ranks": [2]}},
+           "sync": {"backend": "ring"}}
+    pts = runner.points(exp, extra_sets=["train.steps=3"])
+    assert [p.name for p in pts] == ["ring_microbatches-4_n2", "ring_microbatches-8_n2"]
+    assert pts[0].ranks == 2
+    assert pts[0].sets == ["train.steps=3", "parallel.microbatches=4"]
+    assert pts[1].swept == {"parallel.microbatches": "8", "ranks": "2"}
+
+
+def test_a_swept_backend_names_the_run_instead_of_the_configured_one():
+    exp = {"experiment": {"sweep": {"sync.backend": ["tree"], "net.latency": ["5us"]}},
+           "sync": {"backend": "ring"}}
+    (p,) = runner.points(exp)
+    assert p.name == "backend-tree_latency-5us_n4"
+    assert p.sets == ["sync.backend=tree", "net.latency=5us"]
+
+
+def test_lists_and_booleans_reach_psar_as_yaml():
+    exp = {"experiment": {"sweep": {"model.hidden": [[64, 32]], "train.shuffle": [False]}}}
+    (p,) = runner.points(exp)
+    assert p.sets == ["model.hidden=[64, 32]", "train.shuffle=false"]
+
+
+def test_train_commands_run_under_mpirun_with_this_machines_flags(monkeypatch):
+    monkeypatch.setattr(runner.shutil, "which", lambda _: "/usr/bin/mpirun")
+    p = runner.Point("x_n3", 3, ["a.b=1"])
+    cmd = runner.train_command("psar", "e.yaml", "out/x", p, ["--quiet"])
+    assert cmd == ["/usr/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3",
+                   "psar", "train", "e.yaml", "--out", "out/x", "--quiet", "--set", "a.b=1"]

@@ -1,0 +1,118 @@
+// The allreduce registry as the one list: an algorithm registered from a test
+// binary, touching no other file, is what the benchmark runs by default and
+// what the registry-driven tests sweep; every entry states its cost form.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "allreduce/allreducer.h"
+#include "comm/inproc_comm.h"
+#include "core/errors.h"
+#include "trainer/cli.h"
+
+namespace psar {
+namespace {
+
+using ::testing::Contains;
+using ::testing::Not;
+
+// A throwaway algorithm: every rank sends its vector to rank 0, which adds
+// them in rank order and sends the sum back.
+class StarAllreducer final : public Allreducer {
+ public:
+  static constexpr int kTag = 0x7e00;
+  std::string name() const override { return "star_for_test"; }
+  void allreduce(Comm& comm, std::span<float> data) override {
+    if (comm.size() == 1 || data.empty()) return;
+    if (comm.rank() != 0) {
+      comm.send(0, std::span<const float>(data), kTag);
+      comm.recv(0, data, kTag);
+      return;
+    }
+    std::vector<float> other(data.size());
+    for (int r = 1; r < comm.size(); ++r) {
+      comm.recv(r, std::span<float>(other), kTag);
+      for (size_t i = 0; i < data.size(); ++i) data[i] += other[i];
+    }
+    for (int r = 1; r < comm.size(); ++r) comm.send(r, std::span<const float>(data), kTag);
+  }
+};
+
+// N-1 sequential messages in and out of rank 0.
+CostTerms star_cost(int ranks, int64_t bytes, const AllreduceOptions&) {
+  const double n = static_cast<double>(bytes);
+  return {2.0 * (ranks - 1), 2.0 * (ranks - 1) * n, (ranks - 1) * n};
+}
+int64_t star_sent_bytes(int rank, int ranks, int64_t count) {
+  if (ranks == 1 || count == 0) return 0;
+  return 4 * count * (rank == 0 ? ranks - 1 : 1);
+}
+
+const AllreducerEntry kStar{
+    .name = "star_for_test",
+    .make = [](const AllreduceOptions&) -> std::unique_ptr<Allreducer> {
+      return std::make_unique<StarAllreducer>();
+    },
+    .summary = "gather to rank 0, add, send back (a test's own algorithm)",
+    .cost = &star_cost,
+    .sent_bytes = &star_sent_bytes};
+
+TEST(AllreduceRegistry, AnAlgorithmRegisteredInATestIsInTheBenchmarkDefaultsUntilItGoes) {
+  ASSERT_THAT(bench_allreduce_default_algos(), Not(Contains("star_for_test")));
+  {
+    const AllreducerRegistration star(kStar);
+    EXPECT_THAT(bench_allreduce_default_algos(), Contains("star_for_test"));
+    EXPECT_THAT(allreducer_names(), Contains("star_for_test"));
+    // It runs like the built-in ones, and its counters match its formula.
+    const int ranks = 3;
+    const int64_t count = 1001;
+    std::vector<int64_t> sent(ranks);
+    std::vector<std::vector<float>> result(ranks);
+    run_inproc(ranks, [&](Comm& comm) {
+      auto algo = make_allreducer("star_for_test");
+      std::vector<float> data(count, static_cast<float>(comm.rank() + 1));
+      comm.reset_counters();
+      algo->allreduce(comm, data);
+      sent[comm.rank()] = comm.counters().bytes_sent;
+      result[comm.rank()] = data;
+    });
+    for (int r = 0; r < ranks; ++r) {
+      EXPECT_EQ(sent[r], find_allreducer("star_for_test").sent_bytes(r, ranks, count)) << r;
+      EXPECT_EQ(result[r], std::vector<float>(count, 6.0f)) << r;
+    }
+  }
+  EXPECT_THAT(bench_allreduce_default_algos(), Not(Contains("star_for_test")));
+  EXPECT_THROW(find_allreducer("star_for_test"), ConfigError);
+}
+
+TEST(AllreduceRegistry, RegisteringATakenNameIsAConfigError) {
+  AllreducerEntry ring_again = kStar;
+  ring_again.name = "ring";
+  EXPECT_THROW(AllreducerRegistration{ring_again}, ConfigError);
+  EXPECT_EQ(allreducer_names(true).size(), allreducer_registry().size());  // nothing added
+}
+
+TEST(AllreduceRegistry, TheBenchmarkDefaultsAreTheHostAlgorithmsInRegistryOrder) {
+  std::vector<std::string> host;
+  for (const auto& e : allreducer_registry())
+    if (!e.device) host.push_back(e.name);
+  EXPECT_EQ(bench_allreduce_default_algos(), host);
+  EXPECT_FALSE(host.empty());
+}
+
+// Every entry has a cost form; one rank moves nothing and costs nothing.
+TEST(AllreduceRegistry, EveryAlgorithmStatesACostFormThatIsZeroOnOneRank) {
+  for (const auto& e : allreducer_registry()) {
+    ASSERT_NE(e.cost, nullptr) << e.name;
+    const CostTerms one = e.cost(1, 1 << 20, AllreduceOptions{});
+    EXPECT_EQ(one.time(1, 1, 1), 0.0) << e.name;
+    const CostTerms two = e.cost(2, 1 << 20, AllreduceOptions{});
+    EXPECT_GT(two.alpha, 0) << e.name;
+    EXPECT_GT(two.beta, 0) << e.name;
+  }
+}
+
+}  // namespace
+}  // namespace psar

@@ -1,5 +1,5 @@
 #pragma once
-// A pipeline schedule as data (DESIGN.md, "Schedules are data"): for each
+// A pipeline schedule as data: for each
 // stage (rank), the ordered list of compute actions it runs in one batch.
 // Sends and receives are not listed; they follow from the actions (p2p.h).
 // Generators (generators.h) produce schedules, validate.h checks them,

@@ -175,7 +175,7 @@ std::map<std::string, std::string> csv_row(const fs::path& path, const std::stri
   return {};
 }
 
-// R1 of REPRODUCE.md through the benchmarks' --volume-csv: exact byte counts.
+// The textbook volumes of docs/theory.md through the benchmarks' --volume-csv: exact byte counts.
 TEST_F(Cli, BenchVolumeCsvsCountExactlyTheFormulaBytes) {
   const std::string mpirun = std::string(PSAR_MPIRUN) + " --allow-run-as-root --oversubscribe -np 3 ";
   // Two workers and one shard; M = 256 KiB in 64 KiB chunks (4 per push, 4 per pull).

@@ -1,6 +1,7 @@
 // 3D parallelism under mpirun -np 8, over MPI point-to-point: the GPT on the
 // grids (p, t, d) = (2, 2, 2) — with and without scatter/gather —, (4, 2, 1)
-// and (2, 1, 4), and the MLP on (2, 1, 4), end with the parameters each rank
+// and (2, 1, 4), with `sync.backend: mpi` on (2, 2, 2), and the MLP on
+// (2, 1, 4), end with the parameters each rank
 // computes alone on MPI_COMM_SELF for the serial model (‖Δθ‖/‖θ‖ ≤ 1e-5
 // after 10 steps).
 
@@ -46,6 +47,15 @@ INSTANTIATE_TEST_SUITE_P(Grids, Mpi3d,
                                   std::to_string(g.t) + "_d" + std::to_string(g.d) +
                                   (g.sg ? "_sg" : "");
                          });
+
+// Open MPI's own allreduce as the data-parallel sync of each slice.
+TEST(Mpi3dSync, MpiAllreduceSyncsTheReplicasOfEachSlice) {
+  const Grid3d g{2, 2, 2, "1f1b", 1, true};
+  const TrainResult parallel = train(world(), testing::gpt_3d_config(g, {"sync.backend=mpi"}));
+  MpiComm self(MPI_COMM_SELF);
+  const TrainResult serial = train(self, testing::gpt_3d_config({}));
+  EXPECT_LE(testing::relative_difference(serial.params, parallel.params), 1e-5);
+}
 
 TEST(Mpi3dMlp, TheMlpOnTwoStagesOfFourReplicasEqualsTheSerialModel) {
   const Grid3d g{2, 1, 4, "1f1b", 1, false};

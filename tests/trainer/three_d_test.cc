@@ -20,6 +20,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "allreduce/allreducer.h"
 #include "comm/inproc_comm.h"
 #include "core/errors.h"
 #include "core/ops.h"
@@ -114,6 +115,29 @@ TEST(Gpt3dCheck, OtherRankOrdersComputeTheSameModel) {
     EXPECT_LE(relative_difference(serial_gpt(), parallel), 1e-5) << order;
   }
 }
+
+// Every point-to-point allreduce as the data-parallel sync of a 3D run
+// (`mpi` runs under mpirun: three_d_mpi_test.cc).
+class Gpt3dSync : public ::testing::TestWithParam<std::string> {
+ protected:
+  static void SetUpTestSuite() { ops::set_blas_threads(1); }
+};
+
+TEST_P(Gpt3dSync, EveryAllreduceSyncsTheReplicasOfEachSlice) {
+  const auto parallel = train_grid(
+      8, testing::gpt_3d_config({2, 2, 2, "1f1b", 1, true}, {"sync.backend=" + GetParam()}));
+  EXPECT_LE(relative_difference(serial_gpt(), parallel), 1e-5) << GetParam();
+}
+
+std::vector<std::string> point_to_point_allreduces() {
+  std::vector<std::string> names;
+  for (const auto& e : allreducer_registry())
+    if (!e.device && !e.needs_mpi) names.push_back(e.name);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Gpt3dSync, ::testing::ValuesIn(point_to_point_allreduces()),
+                         [](const auto& info) { return info.param; });
 
 class Mlp3d : public ::testing::TestWithParam<Grid3d> {
  protected:

@@ -128,11 +128,17 @@ void mpi_check(int rc, const char* what, const char* file, int line) {
                     mpi_error_string(rc));
 }
 
-MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+MpiRuntime::MpiRuntime(int* argc, char*** argv, bool threads) {
   int provided = 0;
-  // Only the main thread calls MPI (PS server threads use ZeroMQ).
-  PSAR_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  // Only the main thread calls MPI (PS server threads use ZeroMQ), unless a
+  // communication thread overlaps the gradient sync with the backward.
+  const int required = threads ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+  PSAR_MPI_CHECK(MPI_Init_thread(argc, argv, required, &provided));
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if (provided < required)
+    throw ConfigError("sync.overlap runs MPI from a communication thread and needs "
+                      "MPI_THREAD_MULTIPLE; this MPI library provides thread level " +
+                      std::to_string(provided));
 }
 
 MpiRuntime::~MpiRuntime() {

@@ -14,7 +14,10 @@ namespace psar {
 
 class MpiRuntime {
  public:
-  MpiRuntime(int* argc, char*** argv);
+  // threads: MPI_THREAD_MULTIPLE (a communication thread beside the main
+  // thread, sync.overlap); otherwise MPI_THREAD_FUNNELED. ConfigError when the
+  // library provides less than asked.
+  MpiRuntime(int* argc, char*** argv, bool threads = false);
   ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;
   MpiRuntime& operator=(const MpiRuntime&) = delete;

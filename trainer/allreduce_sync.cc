@@ -10,6 +10,14 @@ AllreduceSync::AllreduceSync(Comm& comm, std::unique_ptr<Allreducer> algorithm,
 
 void AllreduceSync::step(std::span<float> params, std::span<float> grads) {
   algorithm_->allreduce(comm_, grads);
+  finish(params, grads);
+}
+
+void AllreduceSync::sync_range(int64_t, std::span<float>, std::span<float> grads) {
+  algorithm_->allreduce(comm_, grads);
+}
+
+void AllreduceSync::finish(std::span<float> params, std::span<float> grads) {
   if (comm_.size() > 1)
     ops::scale(grads.data(), 1.0f / static_cast<float>(comm_.size()),
                static_cast<int64_t>(grads.size()));

@@ -14,6 +14,10 @@ class AllreduceSync final : public GradientSync {
   std::string name() const override { return algorithm_->name(); }
   void step(std::span<float> params, std::span<float> grads) override;
   CommCounters counters() const override { return comm_.counters(); }
+  // Overlap: each range is summed over the group; finish() averages and steps.
+  bool overlaps() const override { return true; }
+  void sync_range(int64_t offset, std::span<float> params, std::span<float> grads) override;
+  void finish(std::span<float> params, std::span<float> grads) override;
 
  private:
   Comm& comm_;

@@ -9,11 +9,11 @@
 
 namespace psar {
 
-Comm& CliContext::world() {
+Comm& CliContext::world(bool threads) {
   if (!world_) {
     if (!MpiRuntime::initialized()) {
       // Owned for the life of the process; finalized at exit.
-      static MpiRuntime* runtime = new MpiRuntime(nullptr, nullptr);
+      static MpiRuntime* runtime = new MpiRuntime(nullptr, nullptr, threads);
       std::atexit([] { delete runtime; });
     }
     world_ = std::make_unique<MpiComm>(MPI_COMM_WORLD);

@@ -15,8 +15,9 @@ class Comm;
 struct CliContext {
   std::vector<std::string> args;       // after the subcommand name, --set removed
   std::vector<std::string> overrides;  // "key=value" from every --set
-  // The MPI world, created on first use (subcommands that need no MPI never start it).
-  Comm& world();
+  // The MPI world, created on first use (subcommands that need no MPI never
+  // start it); threads: MPI may be called from a second thread (sync.overlap).
+  Comm& world(bool threads = false);
   int world_rank_hint() const;  // rank from the launcher's environment, before MPI starts
 
   std::unique_ptr<Comm> world_;

@@ -62,7 +62,7 @@ int cmd_train(CliContext& ctx) {
   const Config config = Config::load_file(config_path, config_schema(), overrides);
 
   ops::set_blas_threads(blas_threads());
-  Comm& world = ctx.world();
+  Comm& world = ctx.world(/*threads=*/config.get_bool("sync.overlap"));
   if (out_dir.empty())
     out_dir = "results/runs/" + config.get_string("experiment.name") + "_" +
               config.get_string("sync.backend") + "_n" + std::to_string(world.size());

@@ -28,6 +28,18 @@ class GradientSync {
   virtual void step(std::span<float> params, std::span<float> grads) = 0;
   // Traffic this backend moved from this rank so far.
   virtual CommCounters counters() const = 0;
+
+  // Overlap (docs/overlap.md): instead of step(), the trainer hands the
+  // backend ranges of the arenas as their gradients become final —
+  // sync_range() on a communication thread, one range at a time, in an order
+  // every rank of the group agrees on — and once every float went through
+  // one range, finish() on the main thread completes the step. Backends that
+  // cannot return false from overlaps().
+  virtual bool overlaps() const { return false; }
+  // Arena floats [offset, offset + grads.size()): params and grads are those
+  // slices of the arenas.
+  virtual void sync_range(int64_t offset, std::span<float> params, std::span<float> grads);
+  virtual void finish(std::span<float> params, std::span<float> grads);
 };
 
 // What a backend is built from. Every rank of `world` calls the factory

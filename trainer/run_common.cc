@@ -124,16 +124,18 @@ void write_run_files(Comm& workers, Comm& world, const Config& config, const Run
   std::string mine_csv;
   for (const auto& r : files.rows) {
     char buf[320];
-    std::snprintf(buf, sizeof buf, "%d,%ld,%.6f,%.9g,%.9g,%.9g,%.9g,%ld,%ld,%ld\n", workers.rank(),
-                  static_cast<long>(r.step), r.epoch, r.loss, r.step_s, r.compute_s, r.sync_s,
-                  static_cast<long>(r.bytes_sent), static_cast<long>(r.bytes_recv),
-                  static_cast<long>(r.messages));
+    std::snprintf(buf, sizeof buf, "%d,%ld,%.6f,%.9g,%.9g,%.9g,%.9g,%ld,%ld,%ld,%.9g\n",
+                  workers.rank(), static_cast<long>(r.step), r.epoch, r.loss, r.step_s,
+                  r.compute_s, r.sync_s, static_cast<long>(r.bytes_sent),
+                  static_cast<long>(r.bytes_recv), static_cast<long>(r.messages),
+                  r.exposed_sync_s);
     mine_csv += buf;
   }
   const auto all = workers.allgather_bytes(std::as_bytes(std::span<const char>(mine_csv)));
   if (write) {
     std::string steps_csv =
-        "rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages\n";
+        "rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages,"
+        "exposed_sync_s\n";
     for (const auto& part : all)
       steps_csv.append(reinterpret_cast<const char*>(part.data()), part.size());
     write_file_atomic(files.out_dir + "/steps.csv", steps_csv);

@@ -46,6 +46,7 @@ struct StepRow {
   int64_t step;
   double epoch, loss, step_s, compute_s, sync_s;
   int64_t bytes_sent, bytes_recv, messages;
+  double exposed_sync_s;  // the part of the sync the step waited for after the backward
 };
 
 // The evaluation split: calls fn(batch) for the test rows of data-parallel

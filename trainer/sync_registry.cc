@@ -23,6 +23,14 @@ constexpr SyncEntry kBackends[] = {
 std::span<const SyncEntry> entries() { return kBackends; }
 }  // namespace
 
+void GradientSync::sync_range(int64_t, std::span<float>, std::span<float>) {
+  throw ConfigError("sync.overlap: the " + name() + " backend does not overlap its sync");
+}
+
+void GradientSync::finish(std::span<float>, std::span<float>) {
+  throw ConfigError("sync.overlap: the " + name() + " backend does not overlap its sync");
+}
+
 std::span<const SyncEntry> sync_registry() { return entries(); }
 
 std::vector<std::string> sync_names() {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 
 #include "allreduce/allreducer.h"
 #include "comm/netem.h"
@@ -18,6 +19,7 @@
 #include "trainer/axes.h"
 #include "trainer/gradient_sync.h"
 #include "trainer/model_parts.h"
+#include "trainer/overlap.h"
 #include "trainer/pipeline_meter.h"
 #include "trainer/run_common.h"
 #include "workloads/model.h"
@@ -103,6 +105,38 @@ int64_t pp_floats_formula(const Model& model, const StageLayout& layout, int sg)
 }
 
 // This rank's parameters, counted from the serial shapes and their splits.
+// The overlapped sync's buckets: this rank's tensors in the order the
+// backward makes them final — chunk by chunk in the order of their last
+// weight-gradient action, each chunk's tensors from its last down — the
+// tied parameters left to the finalize step (their gradients are summed over
+// their pair first).
+std::vector<ArenaRange> overlap_buckets(const ParamStore& store, const pp::Schedule& schedule,
+                                        int stage,
+                                        const std::vector<std::pair<int, int>>& chunk_params,
+                                        const std::vector<TiedParam>& tied,
+                                        int64_t bucket_floats) {
+  std::vector<int> last(chunk_params.size(), -1), order(chunk_params.size());
+  const auto& actions = schedule.actions.at(static_cast<size_t>(stage));
+  for (size_t k = 0; k < actions.size(); ++k)
+    if (actions[k].op == pp::Op::kBackward || actions[k].op == pp::Op::kBackwardWeight)
+      last[static_cast<size_t>(actions[k].chunk)] = static_cast<int>(k);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return last[static_cast<size_t>(a)] < last[static_cast<size_t>(b)];
+  });
+  std::vector<BucketTensor> tensors;
+  for (int c : order) {
+    const auto [begin, end] = chunk_params[static_cast<size_t>(c)];
+    for (int k = end; k-- > begin;) {
+      const ParamInfo& info = store.infos()[static_cast<size_t>(k)];
+      const bool skip = std::any_of(tied.begin(), tied.end(),
+                                    [&](const TiedParam& t) { return t.param == k; });
+      tensors.push_back({{info.offset, info.offset + info.numel}, skip});
+    }
+  }
+  return plan_buckets(tensors, bucket_floats);
+}
+
 int64_t dp_floats_formula(const Model& model, const ParamStore& store, int t) {
   const ShardedParams* sharded = model.sharded_params();
   if (!sharded) return static_cast<int64_t>(store.size());
@@ -196,6 +230,24 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
   Comm& pipeline = grid->pp();
   const int d = dp.size();
   const int64_t local_batch = plan.batch_size / d;
+  // Overlap: buckets synced on a communication thread while the backward runs.
+  std::unique_ptr<OverlapSync> overlap;
+  if (config.get_bool("sync.overlap")) {
+    if (!sync.overlaps())
+      throw ConfigError("sync.overlap: the " + sync.name() +
+                        " backend syncs the whole model after the backward only; set "
+                        "sync.overlap: false or choose an allreduce backend");
+    const auto floats = [&](const char* key) {
+      return std::max<int64_t>(1, config.get_bytes(key) / static_cast<int64_t>(sizeof(float)));
+    };
+    overlap = std::make_unique<OverlapSync>(
+        sync, store,
+        overlap_buckets(store, schedule, layout.stage, chunk_params, tied,
+                        floats("sync.bucket_bytes")),
+        dp,
+        OverlapOptions{config.get_string("sync.priority") == "front_first",
+                       floats("sync.priority_chunk_bytes")});
+  }
   const bool holds_loss = layout.stage == layout.stages - 1 && grid->coord().tp == 0;
   result.workers = d;
   begin_run_files(workers, config, options.out_dir);
@@ -204,7 +256,8 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
   Tracer tracer(config.get_bool("train.trace"));
   pp::StageExecutor executor(schedule, pipeline, *model,
                              {.tracer = &tracer,
-                              .scatter_gather = par.scatter_gather ? &grid->tp() : nullptr});
+                              .scatter_gather = par.scatter_gather ? &grid->tp() : nullptr,
+                              .gradient_sink = overlap.get()});
   PipelineMeter meter(schedule, layout.stage);
   RunFiles files{options.out_dir, sync.name(), network.describe()};
   files.rows.reserve(static_cast<size_t>(plan.total_steps));
@@ -239,18 +292,39 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
     const TpCounters tp0 = tp.counters;
     const CommCounters tpc0 = grid->tp().counters(), pipe0 = pipeline.counters(),
                        sync0 = sync.counters();
+    if (overlap) overlap->begin_step();
     const pp::StageRun run = executor.run();
     const TpCounters tp1 = tp.counters;
     const CommCounters tpc1 = grid->tp().counters(), pipe1 = pipeline.counters();
-    // The finalize step: tied parameters over their pair, then the data-parallel sync.
-    double sync_s = 0;
+    // The finalize step: tied parameters over their pair, then the
+    // data-parallel sync — all of it, or what the overlap left: waiting for
+    // the buckets, then the tied parameters' ranges and the optimizer.
+    double exposed_s = 0, sync_s = 0;
     {
-      ScopedTimer t(sync_s);
+      ScopedTimer t(exposed_s);
       Tracer::Scope span(tracer, "sync", "sync");
-      reduce_tied_gradients(store, tied, layout, pipeline, tied_scratch);
-      sync.step(store.params(), store.grads());
+      if (!overlap) {
+        reduce_tied_gradients(store, tied, layout, pipeline, tied_scratch);
+        sync.step(store.params(), store.grads());
+      } else {
+        for (const CommSpan& c : overlap->wait()) {
+          sync_s += c.end - c.start;
+          if (tracer.enabled())
+            tracer.span("bucket", "comm", c.start, c.end, /*tid=*/1,
+                        concat("{\"floats\":", c.range.size(), "}"));
+        }
+        reduce_tied_gradients(store, tied, layout, pipeline, tied_scratch);
+        for (const TiedParam& k : tied) {
+          const ParamInfo& info = store.infos()[static_cast<size_t>(k.param)];
+          const auto at = static_cast<size_t>(info.offset), n = static_cast<size_t>(info.numel);
+          sync.sync_range(info.offset, store.params().subspan(at, n),
+                          store.grads().subspan(at, n));
+        }
+        sync.finish(store.params(), store.grads());
+      }
       share_tied_params(store, tied, layout, pipeline);
     }
+    sync_s += exposed_s;
     if (layout.stages > 1) meter.add(run, plan.total_steps == 1 || step > 0);
     const CommCounters sync1 = sync.counters();
     const double step_s = step_clock.seconds();
@@ -282,7 +356,8 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
          tpc1.bytes_recv - tpc0.bytes_recv + pipe1.bytes_recv - pipe0.bytes_recv +
              sync1.bytes_recv - sync0.bytes_recv,
          axis.tp_messages + pipe1.messages_sent - pipe0.messages_sent + sync1.messages_sent -
-             sync0.messages_sent});
+             sync0.messages_sent,
+         exposed_s});
     result.losses.push_back(loss);
 
     const bool last = step + 1 == plan.total_steps;

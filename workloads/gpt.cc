@@ -55,6 +55,7 @@ struct Gpt::Block {
   ParallelSelfAttention attn;
   ParallelMLP mlp;
   int ln1_w = -1, ln1_b = -1, ln2_w = -1, ln2_b = -1;
+  std::pair<int, int> params{0, 0};  // its store indices [begin, end)
 };
 
 // One block of one micro-batch, N = b·T rows: [N, d] each, [N] for the
@@ -127,30 +128,44 @@ Gpt::~Gpt() = default;
 
 // The serial GPT's names, shapes and initializers, chunk by chunk.
 void Gpt::declare(ParamStore& store, int chunk) {
-  const Chunk& ch = chunks_.at(static_cast<size_t>(chunk));
+  Chunk& ch = chunks_.at(static_cast<size_t>(chunk));
   const int64_t d = o_.d_model;
   auto replicated = [&](const std::string& name, Shape shape, Init init) {
     return params_->add(store, name, shape, init, ShardSpec::replicated());
   };
+  auto count = [&] { return static_cast<int>(store.infos().size()); };
   if (ch.front) {
+    ch.front_params.first = count();
     wte_ = replicated("wte", {o_.vocab, d}, Init::normal(o_.init_std));
     wpe_ = replicated("wpe", {o_.seq_len, d}, Init::normal(o_.init_std));
+    ch.front_params.second = count();
   }
   for (int l = ch.first; l < ch.last; ++l) {
     Block& b = *blocks_[static_cast<size_t>(block_index_[static_cast<size_t>(l)])];
+    b.params.first = count();
     b.ln1_w = replicated(b.name + ".ln1.weight", {d}, Init::ones());
     b.ln1_b = replicated(b.name + ".ln1.bias", {d}, Init::zeros());
     b.attn.declare(*params_, store);
     b.ln2_w = replicated(b.name + ".ln2.weight", {d}, Init::ones());
     b.ln2_b = replicated(b.name + ".ln2.bias", {d}, Init::zeros());
     b.mlp.declare(*params_, store);
+    b.params.second = count();
   }
   if (ch.back) {
+    ch.back_params.first = count();
     lnf_w_ = replicated("lnf.weight", {d}, Init::ones());
     lnf_b_ = replicated("lnf.bias", {d}, Init::zeros());
     // The tied head: this rank's own copy of wte unless it holds the embedding too.
     if (layout_.stage != 0) head_wte_ = replicated("wte", {o_.vocab, d}, Init::normal(o_.init_std));
+    ch.back_params.second = count();
   }
+}
+
+void Gpt::params_ready(int chunk, std::pair<int, int> range) {
+  if (range.first == range.second) return;
+  const auto& infos = store_->infos();
+  const ParamInfo& last = infos[static_cast<size_t>(range.second - 1)];
+  gradient_ready(chunk, infos[static_cast<size_t>(range.first)].offset, last.offset + last.numel);
 }
 
 void Gpt::bind(ParamStore& store) {
@@ -363,6 +378,7 @@ void Gpt::backward_weight(int chunk, int i, pp::Activations& a) {
     ops::layernorm_backward_weight(store_->grad(lnf_w_).data(), store_->grad(lnf_b_).data(),
                                    s.dxf.data(), s.xs[n].data(), s.lnf_mean.data(),
                                    s.lnf_rstd.data(), N, d);
+    params_ready(chunk, ch.back_params);
   }
   for (size_t j = n; j-- > 0;) {
     Block& blk = *blocks_[static_cast<size_t>(block_index_[static_cast<size_t>(ch.first) + j])];
@@ -375,6 +391,7 @@ void Gpt::backward_weight(int chunk, int i, pp::Activations& a) {
     ops::layernorm_backward_weight(store_->grad(blk.ln1_w).data(), store_->grad(blk.ln1_b).data(),
                                    bs.dln1.data(), s.xs[j].data(), bs.mean1.data(),
                                    bs.rstd1.data(), N, d);
+    params_ready(chunk, blk.params);
   }
   if (ch.front) {  // dwte[token] += dx_0, dwpe[position] += dx_0
     float* dwte = store_->grad(wte_).data();
@@ -384,6 +401,7 @@ void Gpt::backward_weight(int chunk, int i, pp::Activations& a) {
       ops::add_inplace(dwte + tokens[k] * d, s.dres.data() + k * d, d);
       ops::add_inplace(dwpe + (k % T) * d, s.dres.data() + k * d, d);
     }
+    params_ready(chunk, ch.front_params);
   }
 }
 

@@ -97,7 +97,11 @@ class Gpt final : public Model {
   struct Chunk {
     int first = 0, last = 0;  // blocks [first, last)
     bool front = false, back = false;
+    // Store indices [begin, end) of the front's and the back's parameters.
+    std::pair<int, int> front_params{0, 0}, back_params{0, 0};
   };
+  // Reports store indices [begin, end) of `chunk` as done (gradient_ready).
+  void params_ready(int chunk, std::pair<int, int> range);
 
   // Forward of `rows` sequences through `chunk` into s (tokens for the
   // front, x otherwise; the chunk's output, or the logits, left in s).

@@ -178,11 +178,16 @@ void Mlp::backward_weight(int chunk, int, pp::Activations& a) {
   const int64_t b = layout_.microbatch_rows;
   const auto& layers = chunks_[static_cast<size_t>(chunk)];
   const Stash& s = static_cast<const Stash&>(a);
-  for (size_t j = 0; j < layers.size(); ++j) {
+  // From the top layer down, as a backward finishes them; each layer's weight
+  // and bias sit side by side in the arena.
+  for (size_t j = layers.size(); j-- > 0;) {
     const Layer& L = layers[j];
     const float* h_in = j == 0 ? s.x.data() : s.act[j - 1].data();
     ops::linear_backward_weight(store_->grad(L.weight).data(), store_->grad(L.bias).data(),
                                 s.dpre[j].data(), h_in, b, L.in, L.out);
+    const ParamInfo& w = store_->infos()[static_cast<size_t>(L.weight)];
+    const ParamInfo& bias = store_->infos()[static_cast<size_t>(L.bias)];
+    gradient_ready(chunk, w.offset, bias.offset + bias.numel);
   }
 }
 

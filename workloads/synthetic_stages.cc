@@ -133,8 +133,12 @@ void SyntheticStages::input_gradient(int chunk, int i, const Stash& s, std::span
 
 void SyntheticStages::weight_gradient(int chunk) {
   const float share = 1.0f / static_cast<float>(layout_.microbatches);
-  for (int j = 0; j < layers_of(chunk); ++j)
-    store_->grad(params_[static_cast<size_t>(chunk)] + j)[0] += share;
+  for (int j = layers_of(chunk); j-- > 0;) {
+    const int id = params_[static_cast<size_t>(chunk)] + j;
+    store_->grad(id)[0] += share;
+    const ParamInfo& info = store_->infos()[static_cast<size_t>(id)];
+    gradient_ready(chunk, info.offset, info.offset + info.numel);
+  }
 }
 
 void SyntheticStages::backward_input(int chunk, int i, pp::Activations& a,

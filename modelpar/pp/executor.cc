@@ -116,6 +116,21 @@ StageExecutor::StageExecutor(Schedule schedule, Comm& pipeline, StageModel& mode
   }
   live_.resize(static_cast<size_t>(schedule_.chunks * schedule_.microbatches));
   free_.resize(static_cast<size_t>(schedule_.chunks));
+  // Each chunk's last weight-gradient action (fused or split) of the batch.
+  last_weight_action_.assign(program_.size(), 0);
+  std::vector<int> last(static_cast<size_t>(schedule_.chunks), -1);
+  for (size_t k = 0; k < program_.size(); ++k) {
+    const Action& a = program_[k].action;
+    if (a.op == Op::kBackward || a.op == Op::kBackwardWeight)
+      last[static_cast<size_t>(a.chunk)] = static_cast<int>(k);
+  }
+  for (int k : last)
+    if (k >= 0) last_weight_action_[static_cast<size_t>(k)] = 1;
+  if (options_.gradient_sink) model_.set_gradient_sink(this);
+}
+
+void StageExecutor::ready(int chunk, int64_t begin, int64_t end) {
+  if (chunk == armed_chunk_) options_.gradient_sink->ready(chunk, begin, end);
 }
 
 std::vector<float>& StageExecutor::buffer(const Transfer& t) {
@@ -215,6 +230,7 @@ StageRun StageExecutor::run() {
     if (a.op != Op::kForward)
       PSAR_CHECK(slot, "stage ", stage_, ": ", op_name(a.op), " of micro-batch ", a.microbatch,
                  " on chunk ", a.chunk, " before its forward");
+    armed_chunk_ = last_weight_action_[k] ? a.chunk : -1;
     switch (a.op) {
       case Op::kForward:
         model_.forward(a.chunk, a.microbatch, take(a.chunk, a.microbatch), x, y);
@@ -229,6 +245,7 @@ StageRun StageExecutor::run() {
         model_.backward_weight(a.chunk, a.microbatch, *slot);
         break;
     }
+    armed_chunk_ = -1;
     const double end = now_seconds();
     out.spans.push_back({a, start, end});
     out.compute_s += end - start;

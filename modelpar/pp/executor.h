@@ -70,6 +70,9 @@ struct ExecutorOptions {
   // The TP group of this stage, whose ranks send 1/t of each activation and
   // all-gather what they receive; null (or size 1): whole tensors.
   Comm* scatter_gather = nullptr;
+  // Told which parameters' gradients are final for the batch, layer by layer,
+  // during each chunk's last weight-gradient action (stage_model.h); null: no one.
+  GradientSink* gradient_sink = nullptr;
 };
 
 // One batch on one stage, as measured.
@@ -86,7 +89,7 @@ struct StageRun {
   int64_t peak_activation_bytes = 0;  // and the bytes their Activations held
 };
 
-class StageExecutor {
+class StageExecutor : private GradientSink {
  public:
   // `pipeline`: the p ranks of one pipeline, rank = stage. Throws ConfigError
   // for an invalid schedule or one whose stage count is not the group's size.
@@ -105,6 +108,9 @@ class StageExecutor {
   std::vector<float>& buffer(const Transfer& transfer);
   // What crosses the pipeline link: the whole buffer, or this TP rank's slice.
   std::span<float> wire(const Transfer& transfer);
+  // GradientSink: the model's reports, passed on during a chunk's last
+  // weight-gradient action of the batch (armed_chunk_).
+  void ready(int chunk, int64_t begin, int64_t end) override;
   // The stash of (chunk, micro-batch): taken at its forward, freed after its
   // last backward action.
   pp::Activations& take(int chunk, int microbatch);
@@ -123,6 +129,8 @@ class StageExecutor {
   std::vector<std::unique_ptr<Activations>> live_;               // [chunk · m + i]
   std::vector<std::vector<std::unique_ptr<Activations>>> free_;  // [chunk]
   int live_count_ = 0;
+  std::vector<char> last_weight_action_;  // [k] program_[k] is its chunk's last W of the batch
+  int armed_chunk_ = -1;
 };
 
 // Floats a transfer carries: the boundary between its two virtual stages.

@@ -40,6 +40,19 @@
 
 namespace psar::pp {
 
+// Where a model reports, during a weight-gradient action, that the
+// gradients of the parameters in arena floats [begin, end) of `chunk` are
+// complete for this micro-batch — one call per layer, in the order backward
+// finishes them (the last layer first). The executor passes the reports of
+// the chunk's last weight-gradient action of a batch on (then the gradients
+// are final for the batch): the start of overlapping the gradient sync with
+// the rest of the backward (docs/overlap.md).
+class GradientSink {
+ public:
+  virtual ~GradientSink() = default;
+  virtual void ready(int chunk, int64_t begin, int64_t end) = 0;
+};
+
 // One micro-batch's stash on one chunk.
 class Activations {
  public:
@@ -72,10 +85,22 @@ class StageModel {
     backward_weight(chunk, microbatch, a);
   }
 
+  // Where the weight-gradient actions report finished layers (null: nowhere).
+  void set_gradient_sink(GradientSink* sink) { gradient_sink_ = sink; }
+
   // Predicted bytes of one micro-batch's Activations on `chunk` after its
   // forward, from the layer shapes: what the executor's measured peak is
   // weighed against (executor.h, predicted_peak_bytes).
   virtual int64_t activation_bytes(int chunk) const = 0;
+
+ protected:
+  // For the weight-gradient actions: arena floats [begin, end) of `chunk` are done.
+  void gradient_ready(int chunk, int64_t begin, int64_t end) {
+    if (gradient_sink_) gradient_sink_->ready(chunk, begin, end);
+  }
+
+ private:
+  GradientSink* gradient_sink_ = nullptr;
 };
 
 }  // namespace psar::pp

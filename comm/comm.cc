@@ -5,7 +5,9 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "core/errors.h"
 #include "core/timer.h"
@@ -69,7 +71,13 @@ void Request::wait() {
     const double timeout = comm_->timeout();
     bool done = false;
     try {
-      done = impl_->wait_for(timeout);
+      if (const double nap = comm_->poll_sleep(); nap > 0) {
+        const double deadline = now_seconds() + timeout;
+        while (!(done = impl_->test()) && now_seconds() < deadline)
+          std::this_thread::sleep_for(std::chrono::duration<double>(nap));
+      } else {
+        done = impl_->wait_for(timeout);
+      }
     } catch (const TimeoutError&) {
       throw;
     } catch (const CommError& e) {

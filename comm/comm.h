@@ -143,6 +143,13 @@ class Comm {
   void reset_counters() { counters_ = {}; }
   double timeout() const { return timeout_s_; }
   void set_timeout(double seconds) { timeout_s_ = seconds; }
+  // How Request::wait waits: 0 (the default) as the transport does (MPI spins,
+  // yielding the core when oversubscribed); > 0 tests the request and sleeps
+  // that long in between — for a communication thread beside a computing one
+  // on the same cores (sync.overlap), where spinning would take the core the
+  // computation needs.
+  double poll_sleep() const { return poll_sleep_s_; }
+  void set_poll_sleep(double seconds) { poll_sleep_s_ = seconds; }
 
   // Names the collective in progress, for error messages: errors raised while
   // a scope is alive read "ring allreduce: recv from rank 2 ... timed out".
@@ -182,6 +189,7 @@ class Comm {
   std::shared_ptr<Nic> nic_;
   CommCounters counters_;
   double timeout_s_ = 60.0;
+  double poll_sleep_s_ = 0;
   std::string operation_;
 };
 

@@ -325,84 +325,137 @@ void Gpt::forward(int chunk, int i, pp::Activations& a, std::span<const float> x
   }
 }
 
+// The backward in pieces, so that the split backward (backward_input, then
+// backward_weight: zero-bubble schedules) and the fused one (backward: each
+// block's weight gradient right after its input gradient, so its gradients
+// are final as early as in autograd, for the overlapped sync) run the same
+// code. N = b·T rows.
+
+// The input-gradient half of the back: dxf = dlogits·wte, then through LN_f.
+void Gpt::head_input(Stash& s, int64_t N) {
+  const int64_t d = o_.d_model, V = o_.vocab;
+  ops::gemm(false, false, N, d, V, 1.0f, s.dlogits.data(), V, store_->param(head_param()).data(),
+            d, 0.0f, s.dxf.data(), d);
+  ops::layernorm_backward_input(s.dres.data(), s.dxf.data(), s.xs.back().data(),
+                                store_->param(lnf_w_).data(), s.lnf_mean.data(), s.lnf_rstd.data(),
+                                N, d);
+}
+
+// dwte += dlogitsᵀ·xf (the head's copy), and LN_f's weights.
+void Gpt::head_weight(int chunk, const Stash& s, int64_t N) {
+  const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  const int64_t d = o_.d_model, V = o_.vocab;
+  ops::gemm(true, false, V, d, N, 1.0f, s.dlogits.data(), V, s.xf.data(), d, 1.0f,
+            store_->grad(head_param()).data(), d);
+  ops::layernorm_backward_weight(store_->grad(lnf_w_).data(), store_->grad(lnf_b_).data(),
+                                 s.dxf.data(), s.xs.back().data(), s.lnf_mean.data(),
+                                 s.lnf_rstd.data(), N, d);
+  params_ready(chunk, ch.back_params);
+}
+
+// Block j of the chunk, input-gradient half: s.dres from x_{j+1}'s gradient to x_j's.
+void Gpt::block_input(int chunk, size_t j, Stash& s, int64_t b) {
+  const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  const int64_t N = b * o_.seq_len, d = o_.d_model;
+  Block& blk = *blocks_[static_cast<size_t>(block_index_[static_cast<size_t>(ch.first) + j])];
+  BlockStash& bs = s.blocks[j];
+  // x_{j+1} = mid + MLP(LN2(mid)): dmid = dx + LN2ᵀ(MLPᵀ(dx))
+  blk.mlp.backward_input(bs.mlp, bs.dln2.data(), s.dres.data(), N);  // f all-reduces dln2
+  ops::layernorm_backward_input(s.dres.data(), bs.dln2.data(), bs.mid.data(),
+                                store_->param(blk.ln2_w).data(), bs.mean2.data(), bs.rstd2.data(),
+                                N, d, /*accumulate=*/true);
+  // mid = x_j + Attn(LN1(x_j)): dx_j = dmid + LN1ᵀ(Attnᵀ(dmid))
+  blk.attn.backward_input(bs.attn, bs.dln1.data(), s.dres.data(), b);  // f all-reduces dln1
+  ops::layernorm_backward_input(s.dres.data(), bs.dln1.data(), s.xs[j].data(),
+                                store_->param(blk.ln1_w).data(), bs.mean1.data(), bs.rstd1.data(),
+                                N, d, /*accumulate=*/true);
+}
+
+// Block j's weight-gradient half.
+void Gpt::block_weight(int chunk, size_t j, const Stash& s, int64_t b) {
+  const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  const int64_t N = b * o_.seq_len, d = o_.d_model;
+  Block& blk = *blocks_[static_cast<size_t>(block_index_[static_cast<size_t>(ch.first) + j])];
+  const BlockStash& bs = s.blocks[j];
+  blk.mlp.backward_weight(bs.mlp, bs.ln2.data(), N);
+  ops::layernorm_backward_weight(store_->grad(blk.ln2_w).data(), store_->grad(blk.ln2_b).data(),
+                                 bs.dln2.data(), bs.mid.data(), bs.mean2.data(), bs.rstd2.data(),
+                                 N, d);
+  blk.attn.backward_weight(bs.attn, bs.ln1.data(), b);
+  ops::layernorm_backward_weight(store_->grad(blk.ln1_w).data(), store_->grad(blk.ln1_b).data(),
+                                 bs.dln1.data(), s.xs[j].data(), bs.mean1.data(), bs.rstd1.data(),
+                                 N, d);
+  params_ready(chunk, blk.params);
+}
+
+// The chunk's output gradient into s.dres: from the loss on the back, from dy elsewhere.
+void Gpt::begin_backward(int chunk, Stash& s, std::span<const float> dy, int64_t N) {
+  if (chunks_[static_cast<size_t>(chunk)].back) {
+    head_input(s, N);
+    return;
+  }
+  PSAR_CHECK(dy.size() == s.dres.size(), "chunk output gradient has ", dy.size(), " floats");
+  std::memcpy(s.dres.data(), dy.data(), dy.size() * sizeof(float));
+}
+
+// The chunk's input gradient out of s.dres; on the front, kept for the
+// embeddings' weight gradient (after dropout's backward).
+void Gpt::end_backward(int chunk, Stash& s, std::span<float> dx, int64_t N) {
+  if (chunks_[static_cast<size_t>(chunk)].front) {
+    if (s.drop.p > 0)
+      ops::dropout_backward(s.dres.data(), s.dres.data(), N * o_.d_model, s.drop.p, s.drop.seed,
+                            s.drop.stream("embd_dropout"), 0);
+    return;
+  }
+  PSAR_CHECK(dx.size() == s.dres.size(), "chunk input gradient has ", dx.size(), " floats");
+  std::memcpy(dx.data(), s.dres.data(), dx.size() * sizeof(float));
+}
+
+// dwte[token] += dx_0, dwpe[position] += dx_0
+void Gpt::front_weight(int chunk, int i, const Stash& s, int64_t N) {
+  const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  const int64_t T = o_.seq_len, d = o_.d_model;
+  float* dwte = store_->grad(wte_).data();
+  float* dwpe = store_->grad(wpe_).data();
+  const int32_t* tokens = batch_->tokens.data() + i * N;
+  for (int64_t k = 0; k < N; ++k) {
+    ops::add_inplace(dwte + tokens[k] * d, s.dres.data() + k * d, d);
+    ops::add_inplace(dwpe + (k % T) * d, s.dres.data() + k * d, d);
+  }
+  params_ready(chunk, ch.front_params);
+}
+
 void Gpt::backward_input(int chunk, int, pp::Activations& a, std::span<const float> dy,
                          std::span<float> dx) {
-  const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
   Stash& s = static_cast<Stash&>(a);
-  const int64_t b = layout_.microbatch_rows, T = o_.seq_len, N = b * T, d = o_.d_model,
-                V = o_.vocab;
-  const size_t Nd = static_cast<size_t>(N * d), n = s.blocks.size();
-  if (ch.back) {  // dxf = dlogits·wte, then through LN_f
-    ops::gemm(false, false, N, d, V, 1.0f, s.dlogits.data(), V,
-              store_->param(head_param()).data(), d, 0.0f, s.dxf.data(), d);
-    ops::layernorm_backward_input(s.dres.data(), s.dxf.data(), s.xs[n].data(),
-                                  store_->param(lnf_w_).data(), s.lnf_mean.data(),
-                                  s.lnf_rstd.data(), N, d);
-  } else {
-    PSAR_CHECK(dy.size() == Nd, "chunk output gradient has ", dy.size(), " floats");
-    std::memcpy(s.dres.data(), dy.data(), Nd * sizeof(float));
-  }
-  for (size_t j = n; j-- > 0;) {
-    Block& blk = *blocks_[static_cast<size_t>(block_index_[static_cast<size_t>(ch.first) + j])];
-    BlockStash& bs = s.blocks[j];
-    // x_{j+1} = mid + MLP(LN2(mid)): dmid = dx + LN2ᵀ(MLPᵀ(dx))
-    blk.mlp.backward_input(bs.mlp, bs.dln2.data(), s.dres.data(), N);  // f all-reduces dln2
-    ops::layernorm_backward_input(s.dres.data(), bs.dln2.data(), bs.mid.data(),
-                                  store_->param(blk.ln2_w).data(), bs.mean2.data(),
-                                  bs.rstd2.data(), N, d, /*accumulate=*/true);
-    // mid = x_j + Attn(LN1(x_j)): dx_j = dmid + LN1ᵀ(Attnᵀ(dmid))
-    blk.attn.backward_input(bs.attn, bs.dln1.data(), s.dres.data(), b);  // f all-reduces dln1
-    ops::layernorm_backward_input(s.dres.data(), bs.dln1.data(), s.xs[j].data(),
-                                  store_->param(blk.ln1_w).data(), bs.mean1.data(),
-                                  bs.rstd1.data(), N, d, /*accumulate=*/true);
-  }
-  if (ch.front) {  // kept for the embeddings' weight gradient
-    if (s.drop.p > 0)
-      ops::dropout_backward(s.dres.data(), s.dres.data(), N * d, s.drop.p, s.drop.seed,
-                            s.drop.stream("embd_dropout"), 0);
-  } else {
-    PSAR_CHECK(dx.size() == Nd, "chunk input gradient has ", dx.size(), " floats");
-    std::memcpy(dx.data(), s.dres.data(), Nd * sizeof(float));
-  }
+  const int64_t b = layout_.microbatch_rows, N = b * o_.seq_len;
+  begin_backward(chunk, s, dy, N);
+  for (size_t j = s.blocks.size(); j-- > 0;) block_input(chunk, j, s, b);
+  end_backward(chunk, s, dx, N);
 }
 
 void Gpt::backward_weight(int chunk, int i, pp::Activations& a) {
   const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  const Stash& s = static_cast<const Stash&>(a);
+  const int64_t b = layout_.microbatch_rows, N = b * o_.seq_len;
+  if (ch.back) head_weight(chunk, s, N);
+  for (size_t j = s.blocks.size(); j-- > 0;) block_weight(chunk, j, s, b);
+  if (ch.front) front_weight(chunk, i, s, N);
+}
+
+void Gpt::backward(int chunk, int i, pp::Activations& a, std::span<const float> dy,
+                   std::span<float> dx) {
+  const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
   Stash& s = static_cast<Stash&>(a);
-  const int64_t b = layout_.microbatch_rows, T = o_.seq_len, N = b * T, d = o_.d_model,
-                V = o_.vocab;
-  const size_t n = s.blocks.size();
-  if (ch.back) {  // dwte += dlogitsᵀ·xf (the head's copy), and LN_f
-    ops::gemm(true, false, V, d, N, 1.0f, s.dlogits.data(), V, s.xf.data(), d, 1.0f,
-              store_->grad(head_param()).data(), d);
-    ops::layernorm_backward_weight(store_->grad(lnf_w_).data(), store_->grad(lnf_b_).data(),
-                                   s.dxf.data(), s.xs[n].data(), s.lnf_mean.data(),
-                                   s.lnf_rstd.data(), N, d);
-    params_ready(chunk, ch.back_params);
+  const int64_t b = layout_.microbatch_rows, N = b * o_.seq_len;
+  begin_backward(chunk, s, dy, N);
+  if (ch.back) head_weight(chunk, s, N);
+  for (size_t j = s.blocks.size(); j-- > 0;) {
+    block_input(chunk, j, s, b);
+    block_weight(chunk, j, s, b);
   }
-  for (size_t j = n; j-- > 0;) {
-    Block& blk = *blocks_[static_cast<size_t>(block_index_[static_cast<size_t>(ch.first) + j])];
-    const BlockStash& bs = s.blocks[j];
-    blk.mlp.backward_weight(bs.mlp, bs.ln2.data(), N);
-    ops::layernorm_backward_weight(store_->grad(blk.ln2_w).data(), store_->grad(blk.ln2_b).data(),
-                                   bs.dln2.data(), bs.mid.data(), bs.mean2.data(), bs.rstd2.data(),
-                                   N, d);
-    blk.attn.backward_weight(bs.attn, bs.ln1.data(), b);
-    ops::layernorm_backward_weight(store_->grad(blk.ln1_w).data(), store_->grad(blk.ln1_b).data(),
-                                   bs.dln1.data(), s.xs[j].data(), bs.mean1.data(),
-                                   bs.rstd1.data(), N, d);
-    params_ready(chunk, blk.params);
-  }
-  if (ch.front) {  // dwte[token] += dx_0, dwpe[position] += dx_0
-    float* dwte = store_->grad(wte_).data();
-    float* dwpe = store_->grad(wpe_).data();
-    const int32_t* tokens = batch_->tokens.data() + i * N;
-    for (int64_t k = 0; k < N; ++k) {
-      ops::add_inplace(dwte + tokens[k] * d, s.dres.data() + k * d, d);
-      ops::add_inplace(dwpe + (k % T) * d, s.dres.data() + k * d, d);
-    }
-    params_ready(chunk, ch.front_params);
-  }
+  end_backward(chunk, s, dx, N);
+  if (ch.front) front_weight(chunk, i, s, N);
 }
 
 EvalStats Gpt::eval_forward(int chunk, const Batch& batch, std::span<const float> x,

@@ -79,6 +79,9 @@ class Gpt final : public Model {
   void backward_input(int chunk, int microbatch, pp::Activations& a, std::span<const float> dy,
                       std::span<float> dx) override;
   void backward_weight(int chunk, int microbatch, pp::Activations& a) override;
+  // Fused: each block's weight gradient right after its input gradient.
+  void backward(int chunk, int microbatch, pp::Activations& a, std::span<const float> dy,
+                std::span<float> dx) override;
   int64_t activation_bytes(int chunk) const override;
 
   bool evaluates() const override { return true; }
@@ -102,6 +105,14 @@ class Gpt final : public Model {
   };
   // Reports store indices [begin, end) of `chunk` as done (gradient_ready).
   void params_ready(int chunk, std::pair<int, int> range);
+  // The backward's pieces (gpt.cc).
+  void head_input(Stash& s, int64_t N);
+  void head_weight(int chunk, const Stash& s, int64_t N);
+  void block_input(int chunk, size_t j, Stash& s, int64_t b);
+  void block_weight(int chunk, size_t j, const Stash& s, int64_t b);
+  void begin_backward(int chunk, Stash& s, std::span<const float> dy, int64_t N);
+  void end_backward(int chunk, Stash& s, std::span<float> dx, int64_t N);
+  void front_weight(int chunk, int i, const Stash& s, int64_t N);
 
   // Forward of `rows` sequences through `chunk` into s (tokens for the
   // front, x otherwise; the chunk's output, or the logits, left in s).

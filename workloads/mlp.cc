@@ -144,50 +144,71 @@ void Mlp::forward(int chunk, int i, pp::Activations& a, std::span<const float> x
   }
 }
 
+// The backward in pieces, shared by the split backward (all input gradients,
+// then all weight gradients: zero-bubble schedules) and the fused one (each
+// layer's weight gradient as soon as its pre-activation gradient is known,
+// so its gradients are final as early as in autograd).
+
+// dpre of the chunk's top layer: from the loss (already there) on the back,
+// through the activation elsewhere.
+void Mlp::top_gradient(int chunk, Stash& s, std::span<const float> dy) {
+  const auto& layers = chunks_[static_cast<size_t>(chunk)];
+  const size_t top = layers.size() - 1;
+  if (layers[top].classifier) return;
+  PSAR_CHECK(dy.size() == s.act[top].size(), "chunk output gradient has ", dy.size(), " floats");
+  const int64_t n = layout_.microbatch_rows * layers[top].out;
+  if (o_.gelu) ops::gelu_backward(s.dpre[top].data(), dy.data(), s.pre[top].data(), n);
+  else ops::relu_backward(s.dpre[top].data(), dy.data(), s.pre[top].data(), n);
+}
+
+// From layer j's pre-activation gradient to layer j−1's (or to dx below the
+// chunk's first layer; nothing on the front, the data needs no gradient).
+void Mlp::layer_input(int chunk, size_t j, Stash& s, std::span<float> dx) {
+  const int64_t b = layout_.microbatch_rows;
+  const Layer& L = chunks_[static_cast<size_t>(chunk)][j];
+  const float* W = store_->param(L.weight).data();
+  if (j == 0) {
+    if (!layout_.front(chunk))
+      ops::linear_backward_input(dx.data(), s.dpre[0].data(), W, b, L.in, L.out);
+    return;
+  }
+  // Into layer j−1's pre-activation gradient, then through its activation, in place.
+  float* d = s.dpre[j - 1].data();
+  ops::linear_backward_input(d, s.dpre[j].data(), W, b, L.in, L.out);
+  if (o_.gelu) ops::gelu_backward(d, d, s.pre[j - 1].data(), b * L.in);
+  else ops::relu_backward(d, d, s.pre[j - 1].data(), b * L.in);
+}
+
+// Layer j's weight and bias gradients (side by side in the arena: reported together).
+void Mlp::layer_weight(int chunk, size_t j, const Stash& s) {
+  const Layer& L = chunks_[static_cast<size_t>(chunk)][j];
+  const float* h_in = j == 0 ? s.x.data() : s.act[j - 1].data();
+  ops::linear_backward_weight(store_->grad(L.weight).data(), store_->grad(L.bias).data(),
+                              s.dpre[j].data(), h_in, layout_.microbatch_rows, L.in, L.out);
+  const ParamInfo& w = store_->infos()[static_cast<size_t>(L.weight)];
+  const ParamInfo& bias = store_->infos()[static_cast<size_t>(L.bias)];
+  gradient_ready(chunk, w.offset, bias.offset + bias.numel);
+}
+
 void Mlp::backward_input(int chunk, int, pp::Activations& a, std::span<const float> dy,
                          std::span<float> dx) {
-  const int64_t b = layout_.microbatch_rows;
-  const auto& layers = chunks_[static_cast<size_t>(chunk)];
   Stash& s = static_cast<Stash&>(a);
-  const size_t top = layers.size() - 1;
-  // The gradient of the top layer's pre-activation: from the loss (already in
-  // dpre) on the back, through the activation elsewhere.
-  if (!layers[top].classifier) {
-    PSAR_CHECK(dy.size() == s.act[top].size(), "chunk output gradient has ", dy.size(), " floats");
-    const int64_t n = b * layers[top].out;
-    if (o_.gelu) ops::gelu_backward(s.dpre[top].data(), dy.data(), s.pre[top].data(), n);
-    else ops::relu_backward(s.dpre[top].data(), dy.data(), s.pre[top].data(), n);
-  }
-  for (size_t j = top + 1; j-- > 0;) {
-    const Layer& L = layers[j];
-    const float* W = store_->param(L.weight).data();
-    if (j == 0) {
-      if (!layout_.front(chunk))  // the data needs no gradient
-        ops::linear_backward_input(dx.data(), s.dpre[0].data(), W, b, L.in, L.out);
-      break;
-    }
-    // Into layer j−1's pre-activation gradient, then through its activation, in place.
-    float* d = s.dpre[j - 1].data();
-    ops::linear_backward_input(d, s.dpre[j].data(), W, b, L.in, L.out);
-    if (o_.gelu) ops::gelu_backward(d, d, s.pre[j - 1].data(), b * L.in);
-    else ops::relu_backward(d, d, s.pre[j - 1].data(), b * L.in);
-  }
+  top_gradient(chunk, s, dy);
+  for (size_t j = chunks_[static_cast<size_t>(chunk)].size(); j-- > 0;) layer_input(chunk, j, s, dx);
 }
 
 void Mlp::backward_weight(int chunk, int, pp::Activations& a) {
-  const int64_t b = layout_.microbatch_rows;
-  const auto& layers = chunks_[static_cast<size_t>(chunk)];
   const Stash& s = static_cast<const Stash&>(a);
-  // From the top layer down, as a backward finishes them; each layer's weight
-  // and bias sit side by side in the arena.
-  for (size_t j = layers.size(); j-- > 0;) {
-    const Layer& L = layers[j];
-    const float* h_in = j == 0 ? s.x.data() : s.act[j - 1].data();
-    ops::linear_backward_weight(store_->grad(L.weight).data(), store_->grad(L.bias).data(),
-                                s.dpre[j].data(), h_in, b, L.in, L.out);
-    const ParamInfo& w = store_->infos()[static_cast<size_t>(L.weight)];
-    const ParamInfo& bias = store_->infos()[static_cast<size_t>(L.bias)];
-    gradient_ready(chunk, w.offset, bias.offset + bias.numel);
+  for (size_t j = chunks_[static_cast<size_t>(chunk)].size(); j-- > 0;) layer_weight(chunk, j, s);
+}
+
+void Mlp::backward(int chunk, int, pp::Activations& a, std::span<const float> dy,
+                   std::span<float> dx) {
+  Stash& s = static_cast<Stash&>(a);
+  top_gradient(chunk, s, dy);
+  for (size_t j = chunks_[static_cast<size_t>(chunk)].size(); j-- > 0;) {
+    layer_weight(chunk, j, s);  // dpre[j] is final: layer_input overwrites only dpre[j − 1]
+    layer_input(chunk, j, s, dx);
   }
 }
 

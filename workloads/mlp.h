@@ -40,6 +40,9 @@ class Mlp final : public Model {
   void backward_input(int chunk, int microbatch, pp::Activations& a, std::span<const float> dy,
                       std::span<float> dx) override;
   void backward_weight(int chunk, int microbatch, pp::Activations& a) override;
+  // Fused: each layer's weight gradient as soon as its input side allows.
+  void backward(int chunk, int microbatch, pp::Activations& a, std::span<const float> dy,
+                std::span<float> dx) override;
   int64_t activation_bytes(int chunk) const override;
 
   bool evaluates() const override { return true; }
@@ -55,6 +58,10 @@ class Mlp final : public Model {
     int weight = -1, bias = -1;
   };
   struct Stash;
+  // The backward's pieces (mlp.cc).
+  void top_gradient(int chunk, Stash& s, std::span<const float> dy);
+  void layer_input(int chunk, size_t j, Stash& s, std::span<float> dx);
+  void layer_weight(int chunk, size_t j, const Stash& s);
 
   // Layers of `chunk` on `rows` rows of x into pre/act (sized by the caller).
   void run_layers(int chunk, const float* x, int64_t rows, std::vector<std::vector<float>>& pre,

@@ -225,10 +225,10 @@ void Config::check_value(const KeySpec& s, const YAML::Node& v) const {
       case ValueType::kString: {
         if (!v.IsScalar()) bad();
         const std::string str = v.as<std::string>();
-        if (!s.choices.empty() &&
-            std::find(s.choices.begin(), s.choices.end(), str) == s.choices.end()) {
+        const std::vector<std::string> choices = s.allowed();
+        if (!choices.empty() && std::find(choices.begin(), choices.end(), str) == choices.end()) {
           std::string list;
-          for (const auto& c : s.choices) list += (list.empty() ? "" : ", ") + c;
+          for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
           throw ConfigError(origin_ + ": " + s.key + ": '" + str + "' is not one of " + list);
         }
         return;

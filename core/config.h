@@ -32,6 +32,10 @@ struct KeySpec {
   std::string default_yaml;   // YAML text of the default; "" = no default (unset)
   std::string doc;
   std::vector<std::string> choices;  // for kString, if non-empty
+  // For kString: the choices read from a registry each time they are needed
+  // (so an entry registered later, e.g. by a test, is a choice too).
+  std::vector<std::string> (*choices_from)() = nullptr;
+  std::vector<std::string> allowed() const { return choices_from ? choices_from() : choices; }
 };
 
 class Schema {

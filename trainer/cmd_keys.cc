@@ -15,9 +15,9 @@ int cmd_keys(CliContext&) {
                                 "bandwidth", "int list", "string list", "any"};
   for (const auto& [key, spec] : config_schema().keys()) {
     std::string type = types[static_cast<int>(spec.type)];
-    if (!spec.choices.empty()) {
+    if (const auto choices = spec.allowed(); !choices.empty()) {
       type = "";
-      for (const auto& c : spec.choices) type += (type.empty() ? "" : " \\| ") + c;
+      for (const auto& c : choices) type += (type.empty() ? "" : " \\| ") + c;
     }
     std::printf("| `%s` | %s | %s | %s |\n", key.c_str(), type.c_str(),
                 spec.default_yaml.empty() ? "—" : ("`" + spec.default_yaml + "`").c_str(),

@@ -1,8 +1,17 @@
 #include "trainer/schema.h"
 
+#include "allreduce/allreducer.h"
+#include "modelpar/pp/generators.h"
+#include "trainer/gradient_sync.h"
+#include "workloads/model.h"
+
 namespace psar {
 
 namespace {
+
+// Choices the registries hold: read each time, so an entry registered later
+// (a test's throwaway algorithm or schedule) is a choice as well.
+std::vector<std::string> all_allreducers() { return allreducer_names(/*include_device=*/true); }
 
 Schema build() {
   using T = ValueType;
@@ -15,7 +24,7 @@ Schema build() {
   s.add({"experiment.plot", T::kAny, "", "harness only: what plot.py draws"});
 
   // model
-  s.add({"model.type", T::kString, "mlp", "workload", {"mlp", "gpt", "synthetic_stages"}});
+  s.add({"model.type", T::kString, "mlp", "workload", {}, &model_names});
   s.add({"model.hidden", T::kIntList, "[256, 128]", "mlp: hidden layer widths"});
   s.add({"model.activation", T::kString, "relu", "mlp: activation", {"relu", "gelu"}});
   s.add({"model.layers", T::kInt, "2", "gpt / synthetic_stages: transformer blocks or layers"});
@@ -60,7 +69,7 @@ Schema build() {
   s.add({"train.trace", T::kBool, "false", "write a Chrome/Perfetto trace.json"});
 
   // sync
-  s.add({"sync.backend", T::kString, "mpi", "gradient synchronization backend (--sync)"});
+  s.add({"sync.backend", T::kString, "mpi", "gradient synchronization backend (--sync)", {}, &sync_names});
   s.add({"sync.segment_bytes", T::kBytes, "512K", "pipelining segment of ring/tree"});
   s.add({"sync.timeout", T::kDuration, "60s", "deadline of every communication wait"});
   s.add({"sync.overlap", T::kBool, "false", "sync gradient buckets on a communication thread while the backward runs (false: one sync after the backward)"});
@@ -72,14 +81,14 @@ Schema build() {
   s.add({"parallel.tp", T::kInt, "1", "tensor-parallel degree t"});
   s.add({"parallel.pp", T::kInt, "1", "pipeline stages p"});
   s.add({"parallel.microbatches", T::kInt, "1", "pipeline micro-batches m per batch"});
-  s.add({"parallel.schedule", T::kString, "1f1b", "pipeline schedule", {"gpipe", "1f1b", "interleaved", "zb_h1"}});
+  s.add({"parallel.schedule", T::kString, "1f1b", "pipeline schedule", {}, &pp::schedule_names});
   s.add({"parallel.chunks", T::kInt, "1", "virtual chunks per stage v (interleaved)"});
   s.add({"parallel.stage_layers", T::kIntList, "", "explicit layer count per virtual stage (p·v entries; p when chunks = 1)"});
   s.add({"parallel.account_embedding", T::kBool, "false", "even layer split: count the first stage's embedding as one layer (Megatron's account-for-embedding)"});
   s.add({"parallel.account_head", T::kBool, "false", "even layer split: count the last stage's head and loss as one layer (Megatron's account-for-loss)"});
   s.add({"parallel.order", T::kString, "tp-dp-pp", "rank order of the (p, t, d) grid, fastest-varying axis first (Megatron's tp-dp-pp keeps TP groups adjacent)", {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp"}});
   s.add({"parallel.scatter_gather", T::kBool, "false", "between pipeline stages each TP rank sends 1/t of the activation and the receiving stage all-gathers it (Megatron's scatter/gather)"});
-  s.add({"parallel.tp_allreduce", T::kString, "ring", "allreduce algorithm of tensor-parallel all-reduces"});
+  s.add({"parallel.tp_allreduce", T::kString, "ring", "allreduce algorithm of tensor-parallel all-reduces", {}, &all_allreducers});
   s.add({"parallel.tp_split", T::kString, "column_row", "parallel MLP split", {"column_row", "row_column"}});
 
   // ps

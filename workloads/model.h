@@ -134,6 +134,8 @@ struct ModelEntry {
                                  const ModelContext& context);
 };
 
+// Every model.type, as the registry lists them.
+std::vector<std::string> model_names();
 // ConfigError for an unknown model.type.
 int model_layers(const Config& config, const Dataset& data);
 std::unique_ptr<Model> make_model(const Config& config, const Dataset& data,

@@ -48,6 +48,12 @@ EvalStats Model::eval_forward(int, const Batch&, std::span<const float>, std::sp
   throw ConfigError(name() + ": no evaluation pass");
 }
 
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const auto& m : kModels) names.emplace_back(m.name);
+  return names;
+}
+
 int model_layers(const Config& config, const Dataset& data) {
   return find(config).layers(config, data);
 }

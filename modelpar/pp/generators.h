@@ -50,11 +50,28 @@ struct ScheduleEntry {
   const char* summary;
 };
 
+// The built-in schedules, then those added by a ScheduleRegistration. The
+// span is valid until the next registration or deregistration.
 std::span<const ScheduleEntry> schedule_registry();
 std::vector<std::string> schedule_names();
 // ConfigError listing the known names if `name` is none of them.
 const ScheduleEntry& find_schedule(std::string_view name);
 Schedule make_schedule(std::string_view name, const ScheduleShape& shape);
+
+// Adds a schedule to the registry for the lifetime of this object (a test's
+// throwaway generator): the config's choices, `psar schedule`, the executor
+// and the trainer see it like a built-in one. Create and destroy it while no
+// other thread reads the registry. ConfigError if the name is taken.
+class ScheduleRegistration {
+ public:
+  explicit ScheduleRegistration(const ScheduleEntry& entry);
+  ~ScheduleRegistration();
+  ScheduleRegistration(const ScheduleRegistration&) = delete;
+  ScheduleRegistration& operator=(const ScheduleRegistration&) = delete;
+
+ private:
+  std::string name_;
+};
 
 namespace detail {
 // Checks shared by all generators: p, m, v ≥ 1, p·v ≤ layers (when known),

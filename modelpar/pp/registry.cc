@@ -1,5 +1,8 @@
 // The registry of pipeline schedule generators, and the checks they share.
 
+#include <algorithm>
+#include <iterator>
+
 #include "core/errors.h"
 #include "modelpar/pp/generators.h"
 
@@ -9,7 +12,7 @@ using psar::detail::concat;
 
 namespace {
 // Adding a schedule: its own file, one line here, one section in docs/pipeline.md.
-constexpr ScheduleEntry kRegistry[] = {
+constexpr ScheduleEntry kBuiltin[] = {
     {"gpipe", &gpipe, &gpipe_bubble, &gpipe_peak, "(p-1)/m",
      "all forwards, then all backwards (Huang et al. 2019)"},
     {"1f1b", &one_f_one_b, &one_f_one_b_bubble, &one_f_one_b_peak, "(p-1)/m",
@@ -19,21 +22,38 @@ constexpr ScheduleEntry kRegistry[] = {
     {"zb_h1", &zb_h1, &zb_h1_bubble, &zb_h1_peak, "(p-1)(tf+tb-min(tf,tb,tw))/(m(tf+tb+tw))",
      "zero-bubble H1: split backward, weight gradients fill the bubbles"},
 };
+std::vector<ScheduleEntry>& entries() {
+  static std::vector<ScheduleEntry> all(std::begin(kBuiltin), std::end(kBuiltin));
+  return all;
+}
 }  // namespace
 
-std::span<const ScheduleEntry> schedule_registry() { return kRegistry; }
+std::span<const ScheduleEntry> schedule_registry() { return entries(); }
 
 std::vector<std::string> schedule_names() {
   std::vector<std::string> names;
-  for (const auto& e : kRegistry) names.push_back(e.name);
+  for (const auto& e : entries()) names.push_back(e.name);
   return names;
 }
 
+ScheduleRegistration::ScheduleRegistration(const ScheduleEntry& entry) : name_(entry.name) {
+  for (const auto& e : entries())
+    if (name_ == e.name) throw ConfigError("pipeline schedule '" + name_ + "' is registered already");
+  entries().push_back(entry);
+}
+
+ScheduleRegistration::~ScheduleRegistration() {
+  auto& all = entries();
+  all.erase(std::remove_if(all.begin(), all.end(),
+                           [&](const ScheduleEntry& e) { return name_ == e.name; }),
+            all.end());
+}
+
 const ScheduleEntry& find_schedule(std::string_view name) {
-  for (const auto& e : kRegistry)
+  for (const auto& e : entries())
     if (name == e.name) return e;
   std::string known;
-  for (const auto& e : kRegistry) known += (known.empty() ? "" : ", ") + std::string(e.name);
+  for (const auto& e : entries()) known += (known.empty() ? "" : ", ") + std::string(e.name);
   throw ConfigError("unknown pipeline schedule '" + std::string(name) + "' (known: " + known + ")");
 }
 

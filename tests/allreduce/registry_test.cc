@@ -1,6 +1,7 @@
 // The allreduce registry as the one list: an algorithm registered from a test
-// binary, touching no other file, is what the benchmark runs by default and
-// what the registry-driven tests sweep; every entry states its cost form.
+// binary, touching no other file, is what the benchmark runs by default,
+// what the registry-driven tests sweep and a choice of the config's
+// sync.backend and parallel.tp_allreduce; every entry states its cost form.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,6 +12,8 @@
 #include "comm/inproc_comm.h"
 #include "core/errors.h"
 #include "trainer/cli.h"
+#include "trainer/schema.h"
+#include "trainer/trainer.h"
 
 namespace psar {
 namespace {
@@ -85,6 +88,30 @@ TEST(AllreduceRegistry, AnAlgorithmRegisteredInATestIsInTheBenchmarkDefaultsUnti
   }
   EXPECT_THAT(bench_allreduce_default_algos(), Not(Contains("star_for_test")));
   EXPECT_THROW(find_allreducer("star_for_test"), ConfigError);
+}
+
+TEST(AllreduceRegistry, AnAlgorithmRegisteredInATestIsAConfigChoiceAndTrains) {
+  const auto config = [](const std::string& backend) {
+    return Config::load_string(
+        "model: {type: mlp, hidden: [16]}\n"
+        "data: {dataset: synthetic, synthetic_samples: 240, synthetic_features: 8, "
+        "synthetic_classes: 3, test_limit: 30}\n"
+        "train: {steps: 5, batch_size: 24, log_every: 100}\n"
+        "sync: {backend: " + backend + ", timeout: 20s}\n",
+        config_schema());
+  };
+  EXPECT_THROW(config("star_for_test"), ConfigError) << "not a choice before it is registered";
+  const AllreducerRegistration star(kStar);
+  EXPECT_THAT(config_schema().find("sync.backend")->allowed(), Contains("star_for_test"));
+  EXPECT_THAT(config_schema().find("parallel.tp_allreduce")->allowed(), Contains("star_for_test"));
+  std::vector<std::vector<float>> params(2);
+  for (const char* backend : {"ring", "star_for_test"})
+    run_inproc(3, [&](Comm& comm) {
+      const TrainResult r = train(comm, config(backend));
+      if (comm.rank() == 0) params[std::string(backend) == "ring" ? 0 : 1] = r.params;
+    });
+  ASSERT_EQ(params[0].size(), params[1].size());
+  for (size_t i = 0; i < params[0].size(); ++i) EXPECT_NEAR(params[1][i], params[0][i], 1e-5);
 }
 
 TEST(AllreduceRegistry, RegisteringATakenNameIsAConfigError) {

@@ -76,7 +76,9 @@ TEST_F(Cli, AGoodConfigRunsAndWritesItsFiles) {
   std::ifstream in(dir_ / "run" / "steps.csv");
   std::string header;
   std::getline(in, header);
-  EXPECT_EQ(header, "rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages");
+  EXPECT_EQ(header,
+            "rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages,"
+            "exposed_sync_s");
 }
 
 TEST_F(Cli, UnknownKeyIsNamed) {
@@ -118,7 +120,7 @@ TEST_F(Cli, MissingConfigFileIsNamed) {
 TEST_F(Cli, UnknownSyncBackendListsTheChoices) {
   const Outcome o = train(kGood, "--sync rnig");
   EXPECT_EQ(o.code, 2);
-  EXPECT_THAT(o.output, HasSubstr("unknown backend 'rnig'"));
+  EXPECT_THAT(o.output, HasSubstr("sync.backend: 'rnig' is not one of"));
   EXPECT_THAT(o.output, HasSubstr("ring"));
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/units.h"
 #include "ps/zmq_util.h"
 
 namespace psar::ps {
@@ -38,7 +39,10 @@ Client::Client(const ClientOptions& options)
     next = a.range.end;
   }
   size_ = next;
+  const double wait_s = std::min(options.connect_timeout_s, options.timeout_s);
+  std::string unreachable;
   try {
+    ConnectWatch watch(context_);
     for (const auto& a : options.shards) {
       Shard s{a,
               ShardLayout{a.shard, a.range, options.chunk_floats},
@@ -46,12 +50,31 @@ Client::Client(const ClientOptions& options)
               {},
               0};
       tune_socket(s.socket);
+      if (a.endpoint.rfind("tcp://", 0) == 0) watch.watch(s.socket);
       s.socket.connect(a.endpoint);
       shards_.push_back(std::move(s));
+    }
+    const std::vector<int> failed = watch.wait(now_seconds() + wait_s);
+    for (size_t i = 0, w = 0; i < shards_.size(); ++i) {
+      if (shards_[i].address.endpoint.rfind("tcp://", 0) != 0) continue;
+      const int attempts = failed[w++];
+      if (attempts < 0) continue;
+      const ShardAddress& a = shards_[i].address;
+      unreachable += (unreachable.empty() ? "" : "; ") + std::string("shard ") +
+                     std::to_string(a.shard) + " at " + a.endpoint +
+                     (a.host.empty() ? "" : " (host " + a.host + ")") + ": " +
+                     (attempts > 0 ? std::to_string(attempts + 1) + " attempts refused or failed"
+                                   : "no answer");
     }
   } catch (const zmq::error_t& e) {
     teardown("connect failed");
     throw CommError(who() + ": cannot connect to the shards: " + e.what());
+  }
+  if (!unreachable.empty()) {
+    teardown("connect failed");
+    throw TimeoutError(who() + (options.host.empty() ? "" : " on host " + options.host) +
+                       ": cannot connect within " + format_duration(wait_s) + " to " +
+                       unreachable + " (is that address reachable from this host? see ps.interface)");
   }
 }
 

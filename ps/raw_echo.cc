@@ -16,10 +16,11 @@ const std::string kBye = "bye";  // a two-frame message: [kBye][empty]
 
 }  // namespace
 
-EchoServer::EchoServer(const std::string& bind, int peers, double timeout_s)
+EchoServer::EchoServer(const std::string& bind, int peers, double timeout_s,
+                       const std::string& advertise)
     : socket_(context_, zmq::socket_type::router), peers_(peers), timeout_s_(timeout_s) {
   tune_socket(socket_);
-  endpoint_ = bind_endpoint(socket_, bind);
+  endpoint_ = bind_endpoint(socket_, bind, advertise);
 }
 
 void EchoServer::run() {

@@ -19,15 +19,40 @@ namespace psar::ps {
 void tune_socket(zmq::socket_t& socket);
 
 // Binds `socket` and returns the endpoint peers connect to. `where` is an
-// address or interface name ("127.0.0.1", "eth0": tcp on a free port) or a
-// full ZeroMQ address ("inproc://name", "tcp://10.0.0.1:5555").
-std::string bind_endpoint(zmq::socket_t& socket, const std::string& where);
+// address or interface name ("127.0.0.1", "eth0", "*" for every interface:
+// tcp on a free port) or a full ZeroMQ address ("inproc://name",
+// "tcp://10.0.0.1:5555"). A non-empty `advertise` replaces the bound host in
+// the returned endpoint (a wildcard bind is no address to connect to);
+// ps/address.h chooses both.
+std::string bind_endpoint(zmq::socket_t& socket, const std::string& where,
+                          const std::string& advertise = "");
 
 // Receives every frame of the next message without waiting (ZeroMQ delivers
 // a multipart message whole, so once the first frame is there all are).
 // Frames beyond `max_frames` are read and dropped; returns how many arrived,
 // 0 if no message was waiting.
 size_t recv_frames(zmq::socket_t& socket, std::vector<zmq::message_t>& frames, size_t max_frames);
+
+// Watches outgoing TCP connections through ZeroMQ's socket monitor, so that
+// a peer nobody can reach is reported at once instead of at the first
+// reply's deadline (ZeroMQ itself retries a connect forever). watch() a
+// socket before connecting it; wait() returns, for each watched socket in
+// order, the failed attempts if it has not connected by `deadline`, or -1
+// once it has. Monitoring stops when the watch is destroyed.
+class ConnectWatch {
+ public:
+  explicit ConnectWatch(zmq::context_t& context) : context_(context) {}
+  ~ConnectWatch();
+  ConnectWatch(const ConnectWatch&) = delete;
+  ConnectWatch& operator=(const ConnectWatch&) = delete;
+  void watch(zmq::socket_t& socket);
+  std::vector<int> wait(double deadline);
+
+ private:
+  zmq::context_t& context_;
+  std::vector<void*> watched_;           // the sockets' handles
+  std::vector<zmq::socket_t> monitors_;  // PAIR sockets receiving their events
+};
 
 // A graceful close waits this long for queued goodbyes to leave.
 inline constexpr int kCloseLingerMs = 1000;

@@ -81,7 +81,7 @@ Schema build() {
   s.add({"ps.colocated", T::kBool, "false", "run a shard as a thread in every worker instead of dedicated server ranks"});
   s.add({"ps.consistency", T::kString, "bsp", "consistency model", {"bsp", "ssp", "asp"}});
   s.add({"ps.staleness", T::kInt, "2", "ssp staleness bound s"});
-  s.add({"ps.interface", T::kString, "127.0.0.1", "address the servers bind to"});
+  s.add({"ps.interface", T::kString, "auto", "where servers bind and what they advertise: auto (the address that reaches the other ranks' hosts), an interface name, an address, or * (bind all, advertise auto)"});
   s.add({"ps.align_shards", T::kBool, "false", "align shard boundaries to tensor boundaries"});
   s.add({"ps.chunk_bytes", T::kBytes, "1M", "pipelining unit: a push_pull streams each shard in messages of this size"});
   s.add({"ps.timeout", T::kDuration, "60s", "deadline of every parameter-server wait"});

@@ -184,6 +184,8 @@ up() {
     local ns=$name-h$h
     ip netns add "$ns"
     record netns "$ns"
+    # For the tests: fail halfway, after host N's namespace exists.
+    [[ ${PSAR_CLUSTER_FAIL_AT:-} != "$h" ]] || die "up: failing at host $h (PSAR_CLUSTER_FAIL_AT)"
     touch "$uts_dir/h$h"
     record file "$uts_dir/h$h"
     unshare --uts="$uts_dir/h$h" hostname "$ns"

@@ -14,6 +14,8 @@ constexpr AllreducerEntry kRegistry[] = {
     {"halving_doubling", &make_halving_doubling_allreducer,
      "Rabenseifner: recursive-halving reduce-scatter + recursive-doubling all-gather"},
     {"naive", &make_naive_allreducer, "all-to-all: every rank sends its vector to every other"},
+    {"hierarchical", &make_hierarchical_allreducer,
+     "reduce-scatter inside each node, ring allreduce of each slice across nodes, all-gather"},
     {"mpi", &make_mpi_allreducer, "MPI_Allreduce of the MPI library (the measured peer)"},
     {"nccl", &make_nccl_allreducer, "ncclAllReduce on the GPU (host buffers copied in and out)",
      true},

@@ -91,6 +91,34 @@ void wait_all(std::span<Request> requests) {
 
 // ---- Comm --------------------------------------------------------------------------
 
+void Comm::set_nodes(std::vector<int> nodes) {
+  PSAR_CHECK(nodes.empty() || static_cast<int>(nodes.size()) == size_, "set_nodes: ",
+             nodes.size(), " nodes for a communicator of ", size_, " ranks");
+  nodes_ = std::move(nodes);
+}
+
+void Comm::add_counters(const CommCounters& moved) {
+  counters_.bytes_sent += moved.bytes_sent;
+  counters_.bytes_recv += moved.bytes_recv;
+  counters_.messages_sent += moved.messages_sent;
+  counters_.messages_recv += moved.messages_recv;
+}
+
+void Comm::inherit(Comm& parent) {
+  set_timeout(parent.timeout());
+  set_network(parent.network());
+  if (parent.nodes().empty()) return;  // the same on every rank of the parent
+  const int mine = parent.nodes()[static_cast<size_t>(parent.rank())];
+  const auto all = allgather_bytes(std::as_bytes(std::span<const int>(&mine, 1)));
+  std::vector<int> nodes;
+  for (const auto& v : all) {
+    int node = 0;
+    std::memcpy(&node, v.data(), sizeof node);
+    nodes.push_back(node);
+  }
+  set_nodes(std::move(nodes));
+}
+
 std::string Comm::context(const std::string& what) const {
   std::string s = "rank " + std::to_string(rank_) + ": ";
   if (!operation_.empty()) s += operation_ + ": ";

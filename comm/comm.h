@@ -138,9 +138,20 @@ class Comm {
   void set_network(std::shared_ptr<Nic> nic) { nic_ = std::move(nic); }
   const std::shared_ptr<Nic>& network() const { return nic_; }
 
+  // ---- nodes (hierarchy-aware collectives, the two-level network) ----
+  // The node (host) of each rank of this communicator, when it is known from
+  // outside: net.node_size (comm/netem.h) or a test. Empty = unknown (then
+  // collectives that care ask the hostnames). Sub-communicators split later
+  // inherit their members' nodes.
+  void set_nodes(std::vector<int> nodes);  // one entry per rank
+  const std::vector<int>& nodes() const { return nodes_; }
+
   // ---- counters and deadlines ----
   const CommCounters& counters() const { return counters_; }
   void reset_counters() { counters_ = {}; }
+  // Traffic a collective moved on sub-communicators of its own, counted here
+  // too (so that callers reading this communicator's counters see it).
+  void add_counters(const CommCounters& moved);
   double timeout() const { return timeout_s_; }
   void set_timeout(double seconds) { timeout_s_ = seconds; }
 
@@ -170,6 +181,9 @@ class Comm {
                                                  int tag, double stamp) = 0;
   virtual std::unique_ptr<RequestImpl> post_recv(int peer, std::span<std::byte> data,
                                                  int tag) = 0;
+  // What a communicator split from `parent` takes over: deadline, network,
+  // nodes. Collective over this (the new) communicator; every split calls it.
+  void inherit(Comm& parent);
   // Prefixes `what` with the current operation and the rank: for error texts.
   std::string context(const std::string& what) const;
   void check_peer(int peer, const char* op) const;
@@ -180,6 +194,7 @@ class Comm {
  private:
   friend class Request;
   std::shared_ptr<Nic> nic_;
+  std::vector<int> nodes_;
   CommCounters counters_;
   double timeout_s_ = 60.0;
   std::string operation_;

@@ -208,8 +208,7 @@ class InProcComm final : public Comm {
     }
     auto child = world_->child(seq, color, ranks);
     auto comm = std::make_unique<InProcComm>(child, my_new_rank);
-    comm->set_timeout(timeout());
-    comm->set_network(network());
+    comm->inherit(*this);
     return comm;
   }
 

@@ -2,7 +2,7 @@
 # cluster_test.sh CLUSTER_SH TRAIN_PARAMS
 # On a virtual cluster of 2 hosts (scripts/cluster.sh, its own name and
 # subnet): a training run with --sync ring, ps (a dedicated server on host 1,
-# workers on both hosts) and mpi across the hosts ends with the parameters of
+# workers on both hosts), mpi and hierarchical across the hosts ends with the parameters of
 # the same run on one host (within 1e-6); a run that fails across the hosts
 # fails with its cause; `down` leaves no namespace, link or qdisc behind,
 # and an `up` that fails halfway removes what it made.
@@ -69,6 +69,9 @@ out=$("${mpirun_local[@]}" -np 4 "$probe" --set train.seed=4 --compare "$work/ri
   fail "a run with another seed passed the comparison: $out"
 grep -q "parameters differ from" <<<"$out" || fail "the control failed for another reason: $out"
 compare mpi 4 2 2 sync.backend=mpi
+# Nodes from the hostnames: one node of 4 on one host, 2 nodes of 2 across
+# the cluster (another order of addition, hence a tolerance and not bits).
+compare hierarchical 4 2 2 sync.backend=hierarchical
 # Ranks 0 (the server) and 1 on host 1, rank 2 on host 2.
 compare ps 3 2 2 sync.backend=ps ps.servers=1
 

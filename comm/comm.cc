@@ -104,9 +104,18 @@ void Comm::add_counters(const CommCounters& moved) {
   counters_.messages_recv += moved.messages_recv;
 }
 
+Nic* Comm::link_to(int peer) const {
+  if (intra_nic_ && !nodes_.empty() &&
+      nodes_[static_cast<size_t>(peer)] == nodes_[static_cast<size_t>(rank_)])
+    return intra_nic_.get();
+  return nic_.get();
+}
+
+std::shared_ptr<Nic> Comm::shared_nic(int, const NetModel&) { return nullptr; }
+
 void Comm::inherit(Comm& parent) {
   set_timeout(parent.timeout());
-  set_network(parent.network());
+  set_network(parent.network(), parent.intra_network());
   if (parent.nodes().empty()) return;  // the same on every rank of the parent
   const int mine = parent.nodes()[static_cast<size_t>(parent.rank())];
   const auto all = allgather_bytes(std::as_bytes(std::span<const int>(&mine, 1)));
@@ -136,8 +145,9 @@ Request Comm::isend(int peer, std::span<const std::byte> data, int tag) {
   counters_.bytes_sent += static_cast<int64_t>(data.size());
   counters_.messages_sent += 1;
   try {
-    if (!nic_) return Request(this, post_send(peer, data, tag, 0.0));
-    const double egress_end = nic_->depart(data.size(), now_seconds());
+    Nic* nic = link_to(peer);
+    if (!nic) return Request(this, post_send(peer, data, tag, 0.0));
+    const double egress_end = nic->depart(data.size(), now_seconds());
     return Request(this, post_send(peer, data, tag, egress_end), egress_end, nullptr, 0);
   } catch (const TimeoutError&) {
     throw;
@@ -150,8 +160,9 @@ Request Comm::irecv(int peer, std::span<std::byte> data, int tag) {
   check_peer(peer, "recv");
   counters_.bytes_recv += static_cast<int64_t>(data.size());
   counters_.messages_recv += 1;
-  if (!nic_) return Request(this, post_recv(peer, data, tag));
-  return Request(this, post_recv(peer, data, tag), 0.0, nic_.get(), data.size());
+  Nic* nic = link_to(peer);
+  if (!nic) return Request(this, post_recv(peer, data, tag));
+  return Request(this, post_recv(peer, data, tag), 0.0, nic, data.size());
 }
 
 void Comm::send(int peer, std::span<const std::byte> data, int tag) {

@@ -89,6 +89,9 @@ Schema build() {
   // net: the emulated cluster network (off unless bandwidth is set)
   s.add({"net.bandwidth", T::kBandwidth, "", "per-rank NIC bandwidth, e.g. 10Gbit (unset = no emulation)"});
   s.add({"net.latency", T::kDuration, "0us", "per-message latency, e.g. 5us"});
+  s.add({"net.node_size", T::kInt, "0", "ranks per node: a two-level network (net.bandwidth/latency: the node's NIC shared by its ranks) and the nodes of the hierarchical allreduce; 0 = one level"});
+  s.add({"net.intra_bandwidth", T::kBandwidth, "", "bandwidth of each rank's links inside a node (unset = not limited)"});
+  s.add({"net.intra_latency", T::kDuration, "0us", "per-message latency inside a node"});
   return s;
 }
 

@@ -8,15 +8,17 @@
 //                [--hosts H] [--subnet A.B.C.D/LEN]
 //
 // --hosts: the ranks must run on exactly H distinct hostnames (so a run that
-// silently stayed on one host cannot pass). --subnet: the address every
-// rank's parameter server would advertise (ps.interface auto) must be one of
-// this host's addresses inside that subnet. Exit 0 when every check holds,
+// silently stayed on one host cannot pass). --subnet: a parameter-server job
+// launched with the defaults (ps.interface auto, one dedicated server on
+// rank 0) must advertise rank 0's own address inside that subnet, and one
+// push_pull through it must give the workers' mean gradient. Exit 0 when every check holds,
 // 1 otherwise (each failure printed), as psar's main: errors end the job.
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -25,6 +27,7 @@
 #include "core/config.h"
 #include "core/errors.h"
 #include "ps/address.h"
+#include "ps/launch.h"
 #include "trainer/schema.h"
 #include "trainer/trainer.h"
 
@@ -66,6 +69,44 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+// One push_pull of a default PS job: the server (rank 0) must advertise its
+// host's address in `subnet`, and plain SGD (lr 1) from zeros must give
+// minus the workers' mean gradient, here −(mean worker id + 1).
+void check_ps_endpoint(Comm& world, const std::vector<ps::HostInfo>& hosts,
+                       const std::string& subnet,
+                       const std::function<void(const std::string&)>& fail) {
+  const auto slash = subnet.find('/');
+  const ps::InterfaceAddress net{"", *ps::parse_ipv4(subnet.substr(0, slash)),
+                                 std::stoi(subnet.substr(slash + 1))};
+  std::string server_address;
+  for (const auto& i : hosts[0].interfaces)
+    if (net.contains(i.address)) server_address = ps::format_ipv4(i.address);
+  ps::PsOptions options;  // the defaults: interface auto, one dedicated server
+  options.optimizer.lr = 1.0f;
+  options.timeout_s = 20;
+  constexpr size_t kFloats = 1000;
+  const std::vector<float> zeros(kFloats, 0.0f);
+  ps::PsRank me = ps::launch_ps(world, options, zeros);
+  const std::string endpoint = me.shards.at(0).endpoint;
+  if (server_address.empty() || endpoint.rfind("tcp://" + server_address + ":", 0) != 0)
+    fail("the server on " + hosts[0].hostname + " advertises " + endpoint + ", not its address " +
+         (server_address.empty() ? "(none)" : server_address) + " in " + subnet);
+  if (me.server) {
+    me.server->run();
+    return;
+  }
+  std::vector<float> grad(kFloats, static_cast<float>(me.worker + 1)), params(kFloats);
+  me.client->push_pull(grad, params);
+  const float expect = -0.5f * static_cast<float>(me.workers + 1);  // −mean of 1..N
+  for (float p : params)
+    if (p != expect) {
+      fail("push_pull through " + endpoint + " gave " + std::to_string(p) + ", expected " +
+           std::to_string(expect));
+      break;
+    }
+  me.client.reset();  // goodbye: the server's run() returns
+}
+
 int run(Comm& world, const Args& a) {
   int failures = 0;
   auto fail = [&](const std::string& what) {
@@ -81,18 +122,7 @@ int run(Comm& world, const Args& a) {
       fail("ranks ran on " + std::to_string(names.size()) + " hostname(s), expected " +
            std::to_string(a.hosts));
   }
-  if (!a.subnet.empty()) {
-    const std::string advertised = ps::choose_bind_address("auto", here, hosts).advertise;
-    const auto slash = a.subnet.find('/');
-    const ps::InterfaceAddress net{"", *ps::parse_ipv4(a.subnet.substr(0, slash)),
-                                   std::stoi(a.subnet.substr(slash + 1))};
-    bool mine = false;
-    for (const auto& i : here.interfaces)
-      mine |= ps::format_ipv4(i.address) == advertised && net.contains(i.address);
-    if (!mine)
-      fail("ps.interface auto advertises " + advertised + " on host " + here.hostname +
-           ", not this host's address in " + a.subnet);
-  }
+  if (!a.subnet.empty()) check_ps_endpoint(world, hosts, a.subnet, fail);
 
   const Config config = Config::load_string(kConfig, config_schema(), a.overrides);
   const TrainResult r = train(world, config);

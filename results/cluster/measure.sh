@@ -2,7 +2,8 @@
 # Link efficiency on the virtual cluster (scripts/cluster.sh, 1 Gbit/s tbf
 # links): ring allreduce busbw as a fraction of the link rate at 16–64 MiB,
 # Open MPI's MPI_Allreduce and the hierarchical allreduce in the same runs.
-# Writes results/cluster/{allreduce_*.csv,efficiency.md,machine.txt}.
+# Then the same bench under psar's emulator on one host (net.bandwidth=1Gbit).
+# Writes results/cluster/{allreduce_*.csv,emulator_*.csv,efficiency.md,machine.txt}.
 # Run as root from the repository root, on a quiet machine, after scripts/build.sh.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,6 +31,12 @@ run 2hosts_x1 2 1
 run 4hosts_x1 4 1
 run 2hosts_x2 4 2
 $cluster down
+# psar's emulator at the same setting, one host: N ranks, a 1 Gbit/s NIC each.
+for np in 2 4; do
+  mpirun --allow-run-as-root --oversubscribe -np "$np" "$psar" bench allreduce \
+    --algos ring,hierarchical -b 16M -e 64M -f 2 -n 10 -w 3 -c 1 --set net.bandwidth=1Gbit \
+    --csv "$out/emulator_1Gbit_n$np.csv"
+done
 echo "after: $(uptime)" >>"$out/machine.txt"
 
 # busbw (GB/s, nccl-tests convention) over the link rate.

@@ -49,7 +49,7 @@ struct ClientOptions {
   // The constructor waits this long (at most timeout_s) for a TCP connection
   // to every shard, so that an unreachable endpoint fails at once, not at
   // the first reply's deadline.
-  double connect_timeout_s = 5.0;
+  double connect_timeout_s = kConnectTimeout;
   std::string host;  // this worker's hostname, for error messages
 };
 

@@ -38,6 +38,29 @@ size_t recv_frames(zmq::socket_t& socket, std::vector<zmq::message_t>& frames, s
   return count;
 }
 
+namespace {
+
+// Watches outgoing TCP connections through ZeroMQ's socket monitor, so that
+// a peer nobody can reach is reported at once instead of at the first
+// reply's deadline (ZeroMQ itself retries a connect forever). watch() a
+// socket before connecting it; wait() returns, for each watched socket in
+// order, the failed attempts if it has not connected by `deadline`, or -1
+// once it has. Monitoring stops when the watch is destroyed.
+class ConnectWatch {
+ public:
+  explicit ConnectWatch(zmq::context_t& context) : context_(context) {}
+  ~ConnectWatch();
+  ConnectWatch(const ConnectWatch&) = delete;
+  ConnectWatch& operator=(const ConnectWatch&) = delete;
+  void watch(zmq::socket_t& socket);
+  std::vector<int> wait(double deadline);
+
+ private:
+  zmq::context_t& context_;
+  std::vector<void*> watched_;           // the sockets' handles
+  std::vector<zmq::socket_t> monitors_;  // PAIR sockets receiving their events
+};
+
 ConnectWatch::~ConnectWatch() {
   for (void* s : watched_) zmq_socket_monitor(s, nullptr, 0);
 }
@@ -81,6 +104,33 @@ std::vector<int> ConnectWatch::wait(double deadline) {
     if (open > 0 && now_seconds() >= deadline) break;
   }
   return failed;
+}
+
+}  // namespace
+
+std::vector<int> connect_all(zmq::context_t& context, std::span<zmq::socket_t> sockets,
+                             std::span<const std::string> endpoints, double timeout_s) {
+  std::vector<int> verdict(sockets.size(), -1);
+  std::vector<size_t> watched;  // indexes of the TCP sockets, in watch order
+  {
+    ConnectWatch watch(context);
+    for (size_t i = 0; i < sockets.size(); ++i) {
+      if (endpoints[i].rfind("tcp://", 0) == 0) {
+        watch.watch(sockets[i]);
+        watched.push_back(i);
+      }
+      sockets[i].connect(endpoints[i]);
+    }
+    const std::vector<int> failed = watch.wait(now_seconds() + timeout_s);
+    for (size_t w = 0; w < watched.size(); ++w) verdict[watched[w]] = failed[w];
+  }
+  return verdict;
+}
+
+std::string unreachable(const std::string& endpoint, const std::string& host, int attempts) {
+  return endpoint + (host.empty() ? "" : " (host " + host + ")") + ": " +
+         (attempts > 0 ? std::to_string(attempts + 1) + " attempts refused or failed"
+                       : "no answer");
 }
 
 zmq::message_t BorrowedFrames::borrow(const float* data, size_t floats) {

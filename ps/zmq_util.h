@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,26 +34,15 @@ std::string bind_endpoint(zmq::socket_t& socket, const std::string& where,
 // 0 if no message was waiting.
 size_t recv_frames(zmq::socket_t& socket, std::vector<zmq::message_t>& frames, size_t max_frames);
 
-// Watches outgoing TCP connections through ZeroMQ's socket monitor, so that
-// a peer nobody can reach is reported at once instead of at the first
-// reply's deadline (ZeroMQ itself retries a connect forever). watch() a
-// socket before connecting it; wait() returns, for each watched socket in
-// order, the failed attempts if it has not connected by `deadline`, or -1
-// once it has. Monitoring stops when the watch is destroyed.
-class ConnectWatch {
- public:
-  explicit ConnectWatch(zmq::context_t& context) : context_(context) {}
-  ~ConnectWatch();
-  ConnectWatch(const ConnectWatch&) = delete;
-  ConnectWatch& operator=(const ConnectWatch&) = delete;
-  void watch(zmq::socket_t& socket);
-  std::vector<int> wait(double deadline);
-
- private:
-  zmq::context_t& context_;
-  std::vector<void*> watched_;           // the sockets' handles
-  std::vector<zmq::socket_t> monitors_;  // PAIR sockets receiving their events
-};
+// Connects sockets[i] to endpoints[i] and waits until every TCP connection
+// is up or `timeout_s` passed. Returns, per socket, -1 once connected, else
+// its failed attempts (0: no answer at all); non-TCP endpoints count as
+// connected. How long a client waits by default before it gives up:
+inline constexpr double kConnectTimeout = 5.0;
+std::vector<int> connect_all(zmq::context_t& context, std::span<zmq::socket_t> sockets,
+                             std::span<const std::string> endpoints, double timeout_s);
+// "tcp://10.0.0.1:5555 (host h1): no answer" for connect_all's verdict `attempts`.
+std::string unreachable(const std::string& endpoint, const std::string& host, int attempts);
 
 // A graceful close waits this long for queued goodbyes to leave.
 inline constexpr int kCloseLingerMs = 1000;

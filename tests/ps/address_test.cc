@@ -11,6 +11,7 @@
 #include "core/timer.h"
 #include "ps/address.h"
 #include "ps/client.h"
+#include "ps/raw_echo.h"
 
 namespace psar::ps {
 namespace {
@@ -146,6 +147,17 @@ TEST(Address, AWorkerThatCannotConnectFailsFastNamingTheEndpointAndTheHost) {
     EXPECT_GE(clock.seconds(), 1.4);
     EXPECT_THAT(e.what(), HasSubstr("shard 0 at tcp://127.0.0.1:1 (host psar-h1)"));
     EXPECT_THAT(e.what(), HasSubstr("ps worker 0 on host psar-h2: cannot connect within"));
+  }
+}
+
+TEST(Address, TheBenchmarksEchoClientFailsFastToo) {
+  Stopwatch clock;
+  try {
+    EchoClient client({"tcp://127.0.0.1:1"}, {ShardLayout{0, {0, 8}, 0}}, 1.0);
+    FAIL() << "connected to nothing";
+  } catch (const TimeoutError& e) {
+    EXPECT_LT(clock.seconds(), 3.0);
+    EXPECT_THAT(e.what(), HasSubstr("echo client: cannot connect to tcp://127.0.0.1:1: "));
   }
 }
 

@@ -29,6 +29,11 @@ const AllreducerEntry kBuiltin[] = {
     {.name = "naive", .make = &make_naive_allreducer,
      .summary = "all-to-all: every rank sends its vector to every other",
      .cost = &naive_cost, .sent_bytes = &naive_sent_bytes},
+    // On one node — all the registry's uniform α-β model sees — it is the
+    // ring; its two-level form and bytes per level are in hierarchical.cc.
+    {.name = "hierarchical", .make = &make_hierarchical_allreducer,
+     .summary = "reduce-scatter inside each node, ring allreduce of each slice across nodes, all-gather",
+     .cost = &ring_cost, .sent_bytes = &ring_sent_bytes},
     // Open MPI picks its own schedule; its times are fitted to the ring's form.
     {.name = "mpi", .make = &make_mpi_allreducer,
      .summary = "MPI_Allreduce of the MPI library (the measured peer)",

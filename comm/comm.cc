@@ -99,6 +99,43 @@ void wait_all(std::span<Request> requests) {
 
 // ---- Comm --------------------------------------------------------------------------
 
+void Comm::set_nodes(std::vector<int> nodes) {
+  PSAR_CHECK(nodes.empty() || static_cast<int>(nodes.size()) == size_, "set_nodes: ",
+             nodes.size(), " nodes for a communicator of ", size_, " ranks");
+  nodes_ = std::move(nodes);
+}
+
+void Comm::add_counters(const CommCounters& moved) {
+  counters_.bytes_sent += moved.bytes_sent;
+  counters_.bytes_recv += moved.bytes_recv;
+  counters_.messages_sent += moved.messages_sent;
+  counters_.messages_recv += moved.messages_recv;
+}
+
+Nic* Comm::link_to(int peer) const {
+  if (intra_nic_ && !nodes_.empty() &&
+      nodes_[static_cast<size_t>(peer)] == nodes_[static_cast<size_t>(rank_)])
+    return intra_nic_.get();
+  return nic_.get();
+}
+
+std::shared_ptr<Nic> Comm::shared_nic(int, const NetModel&) { return nullptr; }
+
+void Comm::inherit(Comm& parent) {
+  set_timeout(parent.timeout());
+  set_network(parent.network(), parent.intra_network());
+  if (parent.nodes().empty()) return;  // the same on every rank of the parent
+  const int mine = parent.nodes()[static_cast<size_t>(parent.rank())];
+  const auto all = allgather_bytes(std::as_bytes(std::span<const int>(&mine, 1)));
+  std::vector<int> nodes;
+  for (const auto& v : all) {
+    int node = 0;
+    std::memcpy(&node, v.data(), sizeof node);
+    nodes.push_back(node);
+  }
+  set_nodes(std::move(nodes));
+}
+
 std::string Comm::context(const std::string& what) const {
   std::string s = "rank " + std::to_string(rank_) + ": ";
   if (!operation_.empty()) s += operation_ + ": ";
@@ -116,8 +153,9 @@ Request Comm::isend(int peer, std::span<const std::byte> data, int tag) {
   counters_.bytes_sent += static_cast<int64_t>(data.size());
   counters_.messages_sent += 1;
   try {
-    if (!nic_) return Request(this, post_send(peer, data, tag, 0.0));
-    const double egress_end = nic_->depart(data.size(), now_seconds());
+    Nic* nic = link_to(peer);
+    if (!nic) return Request(this, post_send(peer, data, tag, 0.0));
+    const double egress_end = nic->depart(data.size(), now_seconds());
     return Request(this, post_send(peer, data, tag, egress_end), egress_end, nullptr, 0);
   } catch (const TimeoutError&) {
     throw;
@@ -130,8 +168,9 @@ Request Comm::irecv(int peer, std::span<std::byte> data, int tag) {
   check_peer(peer, "recv");
   counters_.bytes_recv += static_cast<int64_t>(data.size());
   counters_.messages_recv += 1;
-  if (!nic_) return Request(this, post_recv(peer, data, tag));
-  return Request(this, post_recv(peer, data, tag), 0.0, nic_.get(), data.size());
+  Nic* nic = link_to(peer);
+  if (!nic) return Request(this, post_recv(peer, data, tag));
+  return Request(this, post_recv(peer, data, tag), 0.0, nic, data.size());
 }
 
 void Comm::send(int peer, std::span<const std::byte> data, int tag) {

@@ -45,6 +45,7 @@ class RequestImpl {
 };
 
 class Nic;
+struct NetModel;
 
 class Comm;
 
@@ -134,13 +135,31 @@ class Comm {
 
   // ---- network emulation (comm/netem.h) ----
   // Every message this rank sends or receives passes through `nic`
-  // (null = no emulation). Sub-communicators split later share it.
-  void set_network(std::shared_ptr<Nic> nic) { nic_ = std::move(nic); }
+  // (null = no emulation). Two levels: with `intra` set, messages to a peer
+  // of the same node (nodes()) pass through `intra` (this rank's links
+  // inside the node) instead, and `nic` is the node's NIC, which the node's
+  // ranks share. Sub-communicators split later share both.
+  void set_network(std::shared_ptr<Nic> nic, std::shared_ptr<Nic> intra = nullptr) {
+    nic_ = std::move(nic);
+    intra_nic_ = std::move(intra);
+  }
   const std::shared_ptr<Nic>& network() const { return nic_; }
+  const std::shared_ptr<Nic>& intra_network() const { return intra_nic_; }
+
+  // ---- nodes (hierarchy-aware collectives, the two-level network) ----
+  // The node (host) of each rank of this communicator, when it is known from
+  // outside: net.node_size (comm/netem.h) or a test. Empty = unknown (then
+  // collectives that care ask the hostnames). Sub-communicators split later
+  // inherit their members' nodes.
+  void set_nodes(std::vector<int> nodes);  // one entry per rank
+  const std::vector<int>& nodes() const { return nodes_; }
 
   // ---- counters and deadlines ----
   const CommCounters& counters() const { return counters_; }
   void reset_counters() { counters_ = {}; }
+  // Traffic a collective moved on sub-communicators of its own, counted here
+  // too (so that callers reading this communicator's counters see it).
+  void add_counters(const CommCounters& moved);
   double timeout() const { return timeout_s_; }
   void set_timeout(double seconds) { timeout_s_ = seconds; }
   // How Request::wait waits: 0 (the default) as the transport does (MPI spins,
@@ -177,6 +196,14 @@ class Comm {
                                                  int tag, double stamp) = 0;
   virtual std::unique_ptr<RequestImpl> post_recv(int peer, std::span<std::byte> data,
                                                  int tag) = 0;
+  // What a communicator split from `parent` takes over: deadline, network,
+  // nodes. Collective over this (the new) communicator; every split calls it.
+  void inherit(Comm& parent);
+  // The NIC that the ranks of `node` share under a two-level network model,
+  // one object per node of this world: only transports whose ranks share an
+  // address space can give one (the in-process one); others return null.
+  virtual std::shared_ptr<Nic> shared_nic(int node, const NetModel& model);
+  friend void apply_network_model(Comm& comm, const NetModel& model);
   // Prefixes `what` with the current operation and the rank: for error texts.
   std::string context(const std::string& what) const;
   void check_peer(int peer, const char* op) const;
@@ -186,7 +213,10 @@ class Comm {
 
  private:
   friend class Request;
-  std::shared_ptr<Nic> nic_;
+  // The NIC a message to or from `peer` passes through (null: none).
+  Nic* link_to(int peer) const;
+  std::shared_ptr<Nic> nic_, intra_nic_;
+  std::vector<int> nodes_;
   CommCounters counters_;
   double timeout_s_ = 60.0;
   double poll_sleep_s_ = 0;

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/netem.h"
 #include "core/errors.h"
 #include "core/timer.h"
 
@@ -104,6 +105,17 @@ class InProcWorld : public std::enable_shared_from_this<InProcWorld> {
     return w;
   }
 
+  // The NIC the ranks of `node` share (two-level network): created by the
+  // first rank that asks, or anew when asked for another model.
+  std::shared_ptr<Nic> node_nic(int node, const NetModel& model) {
+    std::lock_guard<std::mutex> lock(children_mu_);
+    auto& nic = node_nics_[node];
+    if (!nic || nic->model().bandwidth != model.bandwidth ||
+        nic->model().latency != model.latency)
+      nic = std::make_shared<Nic>(model);
+    return nic;
+  }
+
  private:
   int size_;
   std::vector<std::unique_ptr<Mailbox>> boxes_;
@@ -112,6 +124,7 @@ class InProcWorld : public std::enable_shared_from_this<InProcWorld> {
   InProcOptions options_;
   std::mutex children_mu_;
   std::map<std::pair<int, int>, std::shared_ptr<InProcWorld>> children_;
+  std::map<int, std::shared_ptr<Nic>> node_nics_;
 };
 
 namespace {
@@ -208,8 +221,7 @@ class InProcComm final : public Comm {
     }
     auto child = world_->child(seq, color, ranks);
     auto comm = std::make_unique<InProcComm>(child, my_new_rank);
-    comm->set_timeout(timeout());
-    comm->set_network(network());
+    comm->inherit(*this);
     return comm;
   }
 
@@ -266,6 +278,10 @@ class InProcComm final : public Comm {
       }
     }
     return std::make_unique<InProcRecvRequest>(world_, rank_, peer, tag, std::move(pending));
+  }
+
+  std::shared_ptr<Nic> shared_nic(int node, const NetModel& model) override {
+    return world_->node_nic(node, model);
   }
 
  private:

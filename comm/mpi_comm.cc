@@ -179,8 +179,7 @@ std::unique_ptr<Comm> MpiComm::split(int color, int key) {
   PSAR_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
   auto c = std::make_unique<MpiComm>(sub);
   MPI_Comm_free(&sub);
-  c->set_timeout(timeout());
-  c->set_network(network());
+  c->inherit(*this);
   return c;
 }
 

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "comm/comm.h"
 #include "core/config.h"
+#include "core/errors.h"
 #include "core/timer.h"
 #include "core/units.h"
 
@@ -15,32 +17,76 @@ namespace psar {
 
 std::string NetModel::describe() const {
   if (!enabled()) return "off";
-  return format_bandwidth(bandwidth) + ", " + format_duration(latency);
+  std::string s = format_bandwidth(bandwidth) + ", " + format_duration(latency);
+  if (node_size > 0)
+    s += "; nodes of " + std::to_string(node_size) + ", inside " +
+         (intra_bandwidth > 0 ? format_bandwidth(intra_bandwidth) : std::string("unlimited")) +
+         ", " + format_duration(intra_latency);
+  return s;
 }
 
 NetModel net_model_from_config(const Config& config) {
   NetModel m;
   if (config.has("net.bandwidth")) m.bandwidth = config.get_bandwidth("net.bandwidth");
   m.latency = config.get_duration("net.latency");
+  const int64_t k = config.get_int("net.node_size");
+  if (k < 0) throw ConfigError("net.node_size: must be >= 0 (0: one level), got " + std::to_string(k));
+  m.node_size = static_cast<int>(k);
+  if (config.has("net.intra_bandwidth"))
+    m.intra_bandwidth = config.get_bandwidth("net.intra_bandwidth");
+  m.intra_latency = config.get_duration("net.intra_latency");
+  if (m.node_size == 0 && (m.intra_bandwidth > 0 || m.intra_latency > 0))
+    throw ConfigError("net.intra_bandwidth / net.intra_latency: need net.node_size (ranks per node)");
   return m;
 }
 
 NetModel apply_network_model(Comm& comm, const Config& config) {
   const NetModel m = net_model_from_config(config);
-  comm.set_network(m.enabled() ? std::make_shared<Nic>(m) : nullptr);
+  apply_network_model(comm, m);
   return m;
+}
+
+void apply_network_model(Comm& comm, const NetModel& m) {
+  if (m.node_size > 0) {
+    std::vector<int> nodes;
+    for (int r = 0; r < comm.size(); ++r) nodes.push_back(r / m.node_size);
+    comm.set_nodes(std::move(nodes));
+  }
+  if (!m.enabled()) {
+    comm.set_network(nullptr);
+    return;
+  }
+  if (m.node_size == 0) {
+    comm.set_network(std::make_shared<Nic>(m));
+    return;
+  }
+  // The node's NIC: this rank's own when it is alone on its node.
+  const int node = comm.rank() / m.node_size;
+  const int ranks_on_node = std::min(m.node_size, comm.size() - node * m.node_size);
+  const NetModel nic_model{m.bandwidth, m.latency};
+  std::shared_ptr<Nic> nic =
+      ranks_on_node == 1 ? std::make_shared<Nic>(nic_model) : comm.shared_nic(node, nic_model);
+  if (!nic)
+    throw ConfigError("net.node_size = " + std::to_string(m.node_size) +
+                      ": the ranks of a node share one emulated NIC, which needs them in one "
+                      "process; the " + comm.transport() +
+                      " transport runs each rank on its own (use net.node_size 1 there, or "
+                      "real hosts: scripts/cluster.sh)");
+  comm.set_network(std::move(nic), std::make_shared<Nic>(m.inside()));
 }
 
 double Nic::depart(size_t bytes, double now) {
   std::lock_guard<std::mutex> lock(mu_);
   const double start = std::max(now, egress_free_);
-  egress_free_ = start + static_cast<double>(bytes) / model_.bandwidth;
+  if (model_.bandwidth > 0) egress_free_ = start + static_cast<double>(bytes) / model_.bandwidth;
+  else egress_free_ = start;
   return egress_free_;
 }
 
 double Nic::arrive(size_t bytes, double egress_end) {
   std::lock_guard<std::mutex> lock(mu_);
-  const double transfer = static_cast<double>(bytes) / model_.bandwidth;
+  const double transfer =
+      model_.bandwidth > 0 ? static_cast<double>(bytes) / model_.bandwidth : 0.0;
   const double earliest = egress_end + model_.latency;
   if (transfer <= 0) return earliest;  // nothing occupies the ingress
   // First fit: the earliest window [start, start + transfer] with start ≥

@@ -18,6 +18,16 @@
 // n/B)). The sender's e travels with the message; every rank on one host
 // shares the monotonic clock, so the receiver can compute D. Limits
 // (docs/network.md): no switch contention, one NIC per rank, host jitter.
+//
+// Two levels (node_size = k > 0): ranks r with the same r / k form a node.
+// Messages between nodes leave through the sender node's NIC and enter
+// through the receiver node's, each of capacity B and latency L as above,
+// shared by the node's k ranks (so k ranks sending out of one node serialize
+// on its egress); messages inside a node pass through the two ranks' own
+// links of capacity B_i (intra_bandwidth; unset = not limited) and latency
+// L_i, the same model one level down. The node's NIC is one object that its
+// ranks share, so it needs them in one process (the in-process transport);
+// under mpirun only node_size 1 is modelled (a ConfigError otherwise).
 
 #include <map>
 #include <memory>
@@ -31,22 +41,36 @@ class Config;
 struct NetModel {
   double bandwidth = 0;  // bytes per second; 0 = emulation off
   double latency = 0;    // seconds per message
+  // Two levels: ranks per node (0 = one level: a NIC per rank).
+  int node_size = 0;
+  double intra_bandwidth = 0;  // bytes per second inside a node; 0 = not limited
+  double intra_latency = 0;    // seconds per message inside a node
   bool enabled() const { return bandwidth > 0; }
-  std::string describe() const;  // "1Gbit, 50us" or "off"
+  // "1Gbit, 50us", "off", "1Gbit, 50us; nodes of 4, inside 10Gbit, 5us"
+  std::string describe() const;
+  // The links inside a node, as a model of their own.
+  NetModel inside() const { return NetModel{intra_bandwidth, intra_latency}; }
 };
 
-// From `net.bandwidth` and `net.latency` (off when net.bandwidth is unset).
+// From `net.bandwidth`, `net.latency`, `net.node_size`, `net.intra_bandwidth`
+// and `net.intra_latency` (off when net.bandwidth is unset).
 NetModel net_model_from_config(const Config& config);
 
 class Comm;
 // Gives `comm` (and whatever is split from it later) an emulated NIC when the
-// config enables one; returns the model in force.
+// config enables one; returns the model in force. With net.node_size it also
+// sets the nodes (Comm::set_nodes: rank / node_size), with or without
+// emulation, and under emulation the two levels.
 NetModel apply_network_model(Comm& comm, const Config& config);
+// The same from a model: every rank of `comm` calls it (the world's ranks
+// of a node then share their NIC).
+void apply_network_model(Comm& comm, const NetModel& model);
 
 class Nic {
  public:
   explicit Nic(NetModel model) : model_(model) {}
   const NetModel& model() const { return model_; }
+  // A bandwidth of 0 transfers in no time (only the latency counts).
   // Egress: when a message of `bytes` posted at `now` has left this NIC.
   double depart(size_t bytes, double now);
   // Ingress: when a message of `bytes` that left its sender at `egress_end`

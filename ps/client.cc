@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/units.h"
 #include "ps/zmq_util.h"
 
 namespace psar::ps {
@@ -38,20 +39,34 @@ Client::Client(const ClientOptions& options)
     next = a.range.end;
   }
   size_ = next;
+  const double wait_s = std::min(options.connect_timeout_s, options.timeout_s);
+  std::string failed;
   try {
+    std::vector<zmq::socket_t> sockets;
+    std::vector<std::string> endpoints;
     for (const auto& a : options.shards) {
-      Shard s{a,
-              ShardLayout{a.shard, a.range, options.chunk_floats},
-              zmq::socket_t(context_, zmq::socket_type::dealer),
-              {},
-              0};
-      tune_socket(s.socket);
-      s.socket.connect(a.endpoint);
-      shards_.push_back(std::move(s));
+      sockets.emplace_back(context_, zmq::socket_type::dealer);
+      tune_socket(sockets.back());
+      endpoints.push_back(a.endpoint);
+    }
+    const std::vector<int> verdict = connect_all(context_, sockets, endpoints, wait_s);
+    for (size_t i = 0; i < options.shards.size(); ++i) {
+      const ShardAddress& a = options.shards[i];
+      shards_.push_back(Shard{a, ShardLayout{a.shard, a.range, options.chunk_floats},
+                              std::move(sockets[i]), {}, 0});
+      if (verdict[i] >= 0)
+        failed += (failed.empty() ? "" : "; ") + std::string("shard ") + std::to_string(a.shard) +
+                  " at " + unreachable(a.endpoint, a.host, verdict[i]);
     }
   } catch (const zmq::error_t& e) {
     teardown("connect failed");
     throw CommError(who() + ": cannot connect to the shards: " + e.what());
+  }
+  if (!failed.empty()) {
+    teardown("connect failed");
+    throw TimeoutError(who() + (options.host.empty() ? "" : " on host " + options.host) +
+                       ": cannot connect within " + format_duration(wait_s) + " to " + failed +
+                       " (is that address reachable from this host? see ps.interface)");
   }
 }
 

@@ -36,6 +36,7 @@ struct ShardAddress {
   int shard = 0;
   std::string endpoint;
   KeyRange range;
+  std::string host;  // the server's hostname, for error messages ("" = unknown)
 };
 
 struct ClientOptions {
@@ -45,6 +46,11 @@ struct ClientOptions {
   int64_t chunk_floats = 0;          // the servers' chunk size (0: one chunk per shard)
   std::vector<ShardAddress> shards;  // in key order; together they tile [0, M)
   std::shared_ptr<Nic> nic;          // emulated NIC of this worker's rank; null = none
+  // The constructor waits this long (at most timeout_s) for a TCP connection
+  // to every shard, so that an unreachable endpoint fails at once, not at
+  // the first reply's deadline.
+  double connect_timeout_s = kConnectTimeout;
+  std::string host;  // this worker's hostname, for error messages
 };
 
 class Client {

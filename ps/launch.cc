@@ -61,12 +61,25 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
   world.broadcast_bytes(std::as_writable_bytes(std::span<uint64_t>(&token, 1)), 0);
   me.token = token;
 
+  // Every rank's host, then this rank's bind and advertised address. A bad
+  // ps.interface is a ConfigError on the ranks it concerns, and through the
+  // endpoint exchange below a CommError naming that rank on every other.
+  const HostInfo here = this_host();
+  const std::vector<HostInfo> hosts = exchange_hosts(world, here);
+  std::string address_error;
+  try {
+    me.address = choose_bind_address(options.interface, here, hosts);
+  } catch (const ConfigError& e) {
+    address_error = e.what();
+  }
+
   const auto plan = plan_shards(static_cast<int64_t>(initial.size()), S,
                                 options.align_shards ? infos : std::span<const ParamInfo>{});
   const auto endpoints = exchange_endpoints(
       world,
       [&]() -> std::string {
         if (me.shard < 0) return "";
+        if (!address_error.empty()) throw ConfigError(address_error);
         ServerOptions so;
         so.shard = me.shard;
         so.range = plan[me.shard];
@@ -77,7 +90,8 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
         so.staleness = options.staleness;
         so.optimizer = options.optimizer;
         so.timeout_s = options.timeout_s;
-        so.bind = options.interface;
+        so.bind = me.address.bind;
+        so.advertise = me.address.advertise;
         so.nic = world.network();
         me.server =
             std::make_unique<Server>(so, initial.subspan(static_cast<size_t>(so.range.begin),
@@ -85,7 +99,7 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
         return me.server->endpoint();
       },
       "parameter server on '" + options.interface + "'");
-  for (int r = 0; r < S; ++r) me.shards.push_back({r, endpoints[r], plan[r]});
+  for (int r = 0; r < S; ++r) me.shards.push_back({r, endpoints[r], plan[r], hosts[r].hostname});
   PSAR_LOG(kInfo, "ps",
            "rank " << rank << ": " << (me.shard >= 0 ? "shard " : "")
                    << (me.shard >= 0 ? std::to_string(me.shard) + " " : "")
@@ -106,6 +120,7 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
     co.shards = me.shards;
     co.chunk_floats = chunk_floats_for(options.chunk_bytes);
     co.nic = world.network();
+    co.host = here.hostname;
     me.client = std::make_unique<Client>(co);
   }
   return me;

@@ -1,10 +1,13 @@
 #pragma once
 // Bootstrap of a parameter-server job over an existing communicator (MPI in
 // real runs, in-process threads in tests): who serves, who works, where the
-// servers listen, and the job token. Nothing is hard-coded: every server
-// binds a free port on options.interface, and the real endpoints and the
-// token (random, drawn by rank 0) travel through Comm::allgather_bytes /
-// broadcast_bytes, the control plane.
+// servers listen, and the job token. Nothing is hard-coded: every rank
+// learns every rank's host (name and interfaces), each server binds a free
+// port on the address options.interface picks for its host (ps/address.h:
+// `auto` = the one that reaches the other hosts) and advertises its own
+// host's address, and the real endpoints and the token (random, drawn by
+// rank 0) travel through Comm::allgather_bytes / broadcast_bytes, the
+// control plane.
 //
 // Layouts, for a world of W ranks:
 //  - dedicated (default): ranks 0..S-1 are server shards, ranks S..W-1 are
@@ -23,6 +26,7 @@
 #include "comm/comm.h"
 #include "core/optim.h"
 #include "core/param_store.h"
+#include "ps/address.h"
 #include "ps/client.h"
 #include "ps/server.h"
 
@@ -33,7 +37,7 @@ struct PsOptions {
   bool colocated = false;
   Consistency consistency = Consistency::kBsp;
   int staleness = 2;
-  std::string interface = "127.0.0.1";
+  std::string interface = "auto";  // see ps/address.h
   bool align_shards = false;
   int64_t chunk_bytes = 1 << 20;  // pipelining unit of a push_pull (ps.chunk_bytes)
   double timeout_s = 60.0;
@@ -46,7 +50,8 @@ struct PsRank {
   int workers = 0;  // N
   int shard = -1;   // the shard this rank serves; -1 if none
   uint64_t token = 0;
-  std::vector<ShardAddress> shards;
+  BindAddress address;               // where this rank's servers bind and what they advertise
+  std::vector<ShardAddress> shards;  // with the hostname of each shard's rank
   std::unique_ptr<Server> server;               // dedicated server: call run()
   std::unique_ptr<ServerThread> server_thread;  // co-located: already serving
   std::unique_ptr<Client> client;               // every worker

@@ -16,10 +16,11 @@ const std::string kBye = "bye";  // a two-frame message: [kBye][empty]
 
 }  // namespace
 
-EchoServer::EchoServer(const std::string& bind, int peers, double timeout_s)
+EchoServer::EchoServer(const std::string& bind, int peers, double timeout_s,
+                       const std::string& advertise)
     : socket_(context_, zmq::socket_type::router), peers_(peers), timeout_s_(timeout_s) {
   tune_socket(socket_);
-  endpoint_ = bind_endpoint(socket_, bind);
+  endpoint_ = bind_endpoint(socket_, bind, advertise);
 }
 
 void EchoServer::run() {
@@ -51,11 +52,16 @@ EchoClient::EchoClient(const std::vector<std::string>& endpoints, std::vector<Sh
                        double timeout_s)
     : endpoints_(endpoints), shards_(std::move(shards)), timeout_s_(timeout_s) {
   PSAR_CHECK(endpoints_.size() == shards_.size(), "echo client: endpoints and shards differ");
-  for (const auto& e : endpoints_) {
+  for (size_t i = 0; i < endpoints_.size(); ++i) {
     sockets_.emplace_back(context_, zmq::socket_type::dealer);
     tune_socket(sockets_.back());
-    sockets_.back().connect(e);
   }
+  const std::vector<int> verdict =
+      connect_all(context_, sockets_, endpoints_, std::min(kConnectTimeout, timeout_s));
+  std::string failed;
+  for (size_t i = 0; i < verdict.size(); ++i)
+    if (verdict[i] >= 0) failed += (failed.empty() ? "" : "; ") + unreachable(endpoints_[i], "", verdict[i]);
+  if (!failed.empty()) throw TimeoutError("echo client: cannot connect to " + failed);
 }
 
 EchoClient::~EchoClient() {

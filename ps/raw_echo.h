@@ -23,7 +23,8 @@ namespace psar::ps {
 class EchoServer {
  public:
   // Binds like a Server (see bind_endpoint); expects `peers` clients.
-  EchoServer(const std::string& bind, int peers, double timeout_s);
+  EchoServer(const std::string& bind, int peers, double timeout_s,
+             const std::string& advertise = "");
   const std::string& endpoint() const { return endpoint_; }
   // Echoes until every client said goodbye; TimeoutError after timeout_s without a message.
   void run();

@@ -47,7 +47,7 @@ Server::Server(const ServerOptions& options, std::span<const float> initial)
   // buffering the frame.
   const int64_t cap = std::max<int64_t>(layout_.chunk(0).size() * 4, 64 * 1024);
   socket_.set(zmq::sockopt::maxmsgsize, cap);
-  endpoint_ = bind_endpoint(socket_, options.bind);
+  endpoint_ = bind_endpoint(socket_, options.bind, options.advertise);
   told_.assign(static_cast<size_t>(options.workers), 0);
 }
 

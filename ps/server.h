@@ -55,6 +55,7 @@ struct ServerOptions {
   OptimizerOptions optimizer;
   double timeout_s = 60.0;
   std::string bind = "127.0.0.1";  // see bind_endpoint()
+  std::string advertise;           // host named in endpoint() ("" = the bound one)
   // Emulated NIC of this shard (comm/netem.h), shared with its rank; null = none.
   std::shared_ptr<Nic> nic;
 };

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,15 +20,29 @@ namespace psar::ps {
 void tune_socket(zmq::socket_t& socket);
 
 // Binds `socket` and returns the endpoint peers connect to. `where` is an
-// address or interface name ("127.0.0.1", "eth0": tcp on a free port) or a
-// full ZeroMQ address ("inproc://name", "tcp://10.0.0.1:5555").
-std::string bind_endpoint(zmq::socket_t& socket, const std::string& where);
+// address or interface name ("127.0.0.1", "eth0", "*" for every interface:
+// tcp on a free port) or a full ZeroMQ address ("inproc://name",
+// "tcp://10.0.0.1:5555"). A non-empty `advertise` replaces the bound host in
+// the returned endpoint (a wildcard bind is no address to connect to);
+// ps/address.h chooses both.
+std::string bind_endpoint(zmq::socket_t& socket, const std::string& where,
+                          const std::string& advertise = "");
 
 // Receives every frame of the next message without waiting (ZeroMQ delivers
 // a multipart message whole, so once the first frame is there all are).
 // Frames beyond `max_frames` are read and dropped; returns how many arrived,
 // 0 if no message was waiting.
 size_t recv_frames(zmq::socket_t& socket, std::vector<zmq::message_t>& frames, size_t max_frames);
+
+// Connects sockets[i] to endpoints[i] and waits until every TCP connection
+// is up or `timeout_s` passed. Returns, per socket, -1 once connected, else
+// its failed attempts (0: no answer at all); non-TCP endpoints count as
+// connected. How long a client waits by default before it gives up:
+inline constexpr double kConnectTimeout = 5.0;
+std::vector<int> connect_all(zmq::context_t& context, std::span<zmq::socket_t> sockets,
+                             std::span<const std::string> endpoints, double timeout_s);
+// "tcp://10.0.0.1:5555 (host h1): no answer" for connect_all's verdict `attempts`.
+std::string unreachable(const std::string& endpoint, const std::string& host, int attempts);
 
 // A graceful close waits this long for queued goodbyes to leave.
 inline constexpr int kCloseLingerMs = 1000;

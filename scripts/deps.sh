@@ -10,6 +10,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  iproute2 util-linux
   dataset-fashion-mnist fortunes-min
   python3 python3-yaml python3-matplotlib python3-pytest
 )

@@ -2,7 +2,7 @@
 // trip of the same bytes, the transport's own ceiling, in the same run.
 //
 //   mpirun -np 5 psar bench ps --servers 1,2,4 -b 4K -e 64M -f 2 -n 20 -w 5 [-r ROUNDS]
-//       [--csv FILE] [--set ps.interface=127.0.0.1] [--set optimizer.momentum=0.9]
+//       [--csv FILE] [--set ps.interface=auto] [--set optimizer.momentum=0.9]
 //
 // For every S of --servers that leaves a worker among the W ranks, ranks
 // 0..S-1 serve and the N = W - S others work. For every size b, b·f, … ≤ e
@@ -137,7 +137,8 @@ Timing measure(Comm& world, const BenchOptions& o, const ps::PsOptions& po, int6
       world,
       [&]() -> std::string {
         if (!me.server) return "";
-        echo = std::make_unique<ps::EchoServer>(po.interface, me.workers, po.timeout_s);
+        echo = std::make_unique<ps::EchoServer>(me.address.bind, me.workers, po.timeout_s,
+                                                me.address.advertise);
         return echo->endpoint();
       },
       "echo server");

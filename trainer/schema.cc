@@ -96,7 +96,7 @@ Schema build() {
   s.add({"ps.colocated", T::kBool, "false", "run a shard as a thread in every worker instead of dedicated server ranks"});
   s.add({"ps.consistency", T::kString, "bsp", "consistency model", {"bsp", "ssp", "asp"}});
   s.add({"ps.staleness", T::kInt, "2", "ssp staleness bound s"});
-  s.add({"ps.interface", T::kString, "127.0.0.1", "address the servers bind to"});
+  s.add({"ps.interface", T::kString, "auto", "where servers bind and what they advertise: auto (the address that reaches the other ranks' hosts), an interface name, an address, or * (bind all, advertise auto)"});
   s.add({"ps.align_shards", T::kBool, "false", "align shard boundaries to tensor boundaries"});
   s.add({"ps.chunk_bytes", T::kBytes, "1M", "pipelining unit: a push_pull streams each shard in messages of this size"});
   s.add({"ps.timeout", T::kDuration, "60s", "deadline of every parameter-server wait"});
@@ -104,6 +104,9 @@ Schema build() {
   // net: the emulated cluster network (off unless bandwidth is set)
   s.add({"net.bandwidth", T::kBandwidth, "", "per-rank NIC bandwidth, e.g. 10Gbit (unset = no emulation)"});
   s.add({"net.latency", T::kDuration, "0us", "per-message latency, e.g. 5us"});
+  s.add({"net.node_size", T::kInt, "0", "ranks per node: a two-level network (net.bandwidth/latency: the node's NIC shared by its ranks) and the nodes of the hierarchical allreduce; 0 = one level"});
+  s.add({"net.intra_bandwidth", T::kBandwidth, "", "bandwidth of each rank's links inside a node (unset = not limited)"});
+  s.add({"net.intra_latency", T::kDuration, "0us", "per-message latency inside a node"});
   return s;
 }
 

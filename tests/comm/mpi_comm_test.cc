@@ -122,5 +122,26 @@ TEST(MpiComm, EmulatedNetworkDeliversOnTheModelsSchedule) {
   plain.barrier();
 }
 
+TEST(MpiComm, ATwoLevelNetworkWithNodesOfSeveralProcessesIsRefusedNamingTheKey) {
+  // A node's NIC is one object its ranks share: processes cannot.
+  MpiComm net(MPI_COMM_WORLD);
+  NetModel m{1.25e8, 50e-6};
+  m.node_size = 2;
+  try {
+    apply_network_model(net, m);
+    FAIL() << "a NIC shared across processes was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("net.node_size = 2"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("mpi transport"));
+  }
+  // One rank per node: each its own NIC, and the nodes known.
+  m.node_size = 1;
+  apply_network_model(net, m);
+  EXPECT_TRUE(net.network() && net.intra_network());
+  std::vector<int> expect(static_cast<size_t>(net.size()));
+  for (int r = 0; r < net.size(); ++r) expect[static_cast<size_t>(r)] = r;
+  EXPECT_EQ(net.nodes(), expect);
+}
+
 }  // namespace
 }  // namespace psar

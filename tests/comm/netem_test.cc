@@ -48,14 +48,15 @@ void expect_time(double measured, double model, const std::string& what) {
 // Post time of each rank's (first) send, recorded just before posting.
 using PostTimes = std::array<std::atomic<double>, 8>;
 
-void run_emulated(int n, const std::function<void(Comm&, PostTimes&)>& fn) {
+void run_emulated(int n, const std::function<void(Comm&, PostTimes&)>& fn,
+                  const NetModel& model = NetModel{kBandwidth, kLatency}) {
   std::string last;
   for (int attempt = 0; attempt < 5; ++attempt) {
     Attempt verdict;
     PostTimes posted{};
     run_inproc(n, [&](Comm& c) {
       current = &verdict;
-      c.set_network(std::make_shared<Nic>(NetModel{kBandwidth, kLatency}));
+      apply_network_model(c, model);
       fn(c, posted);
     });
     if (!verdict.late) return;
@@ -180,6 +181,128 @@ TEST(NetworkEmulation, IngressFirstFitSkipsGapsTooSmall) {
   EXPECT_DOUBLE_EQ(incast.arrive(500, 5.0), 5.0);
   EXPECT_DOUBLE_EQ(incast.arrive(500, 5.0), 5.5);
   EXPECT_DOUBLE_EQ(incast.arrive(500, 5.0), 6.0);
+}
+
+// ---- two levels: nodes of 2 ranks, 1 Gbit/s NICs shared by a node's ranks,
+// 4 Gbit/s links inside a node (comm/netem.h) ----
+
+constexpr double kIntraBandwidth = 4e9 / 8;
+constexpr double kIntraLatency = 10e-6;
+
+NetModel two_level() {
+  NetModel m{kBandwidth, kLatency};
+  m.node_size = 2;
+  m.intra_bandwidth = kIntraBandwidth;
+  m.intra_latency = kIntraLatency;
+  return m;
+}
+
+TEST(TwoLevelNetwork, InsideANodeAMessageTakesTheIntraLinksTime) {
+  const size_t n = 1 << 20;  // 2.1 ms inside, 8.4 ms through the NIC
+  run_emulated(4, [&](Comm& c, PostTimes& posted) {
+    std::vector<std::byte> buf(n);
+    if (c.rank() == 0) {
+      posted[0] = now_seconds();
+      c.send(1, std::span<const std::byte>(buf));
+    } else if (c.rank() == 1) {
+      c.recv(0, std::span<std::byte>(buf));
+      expect_time(now_seconds() - posted[0], n / kIntraBandwidth + kIntraLatency, "inside node 0");
+    }
+  }, two_level());
+}
+
+TEST(TwoLevelNetwork, TheRanksOfANodeShareItsNic) {
+  // Ranks 0 and 1 (node 0) each send n to ranks 2 and 3 (node 1) at once:
+  // both leave through node 0's NIC, one after the other. Posts t1 ≤ t2:
+  // the later delivery is at max(t2, t1 + n/B) + n/B + L.
+  const size_t n = 512 << 10;
+  std::array<std::atomic<double>, 4> done{};  // receivers' completion times
+  run_emulated(4, [&](Comm& c, PostTimes& posted) {
+    std::vector<std::byte> buf(n);
+    if (c.rank() < 2) {
+      posted[c.rank()] = now_seconds();
+      c.send(c.rank() + 2, std::span<const std::byte>(buf));
+    } else {
+      c.recv(c.rank() - 2, std::span<std::byte>(buf));
+      done[c.rank()] = now_seconds();
+    }
+    c.barrier();
+    if (c.rank() == 0) {
+      const double t1 = std::min<double>(posted[0], posted[1]);
+      const double t2 = std::max<double>(posted[0], posted[1]);
+      const double last = std::max<double>(done[2], done[3]);
+      expect_time(last - t1, std::max(t2, t1 + n / kBandwidth) + n / kBandwidth + kLatency - t1,
+                  "two messages out of one node");
+      EXPECT_GE(last - t1, 2 * n / kBandwidth) << "node 0's NIC must serialize them";
+    }
+  }, two_level());
+}
+
+TEST(TwoLevelNetwork, TrafficInsideANodeLeavesItsNicFree) {
+  // Rank 0 sends n to rank 2 (node 1) while rank 1 sends n to rank 0 (node 0):
+  // neither waits for the other.
+  const size_t n = 1 << 20;
+  run_emulated(4, [&](Comm& c, PostTimes& posted) {
+    std::vector<std::byte> out(n), in(n);
+    if (c.rank() == 0) {
+      posted[0] = now_seconds();
+      Request s = c.isend(2, std::span<const std::byte>(out));
+      c.recv(1, std::span<std::byte>(in));
+      expect_time(now_seconds() - posted[1], n / kIntraBandwidth + kIntraLatency, "inside");
+      s.wait();
+    } else if (c.rank() == 1) {
+      posted[1] = now_seconds();
+      c.send(0, std::span<const std::byte>(out));
+    } else if (c.rank() == 2) {
+      c.recv(0, std::span<std::byte>(in));
+      expect_time(now_seconds() - posted[0], n / kBandwidth + kLatency, "between nodes");
+    }
+  }, two_level());
+}
+
+TEST(TwoLevelNetwork, NodesShareOneNicAndEveryRankHasItsOwnLinksInside) {
+  // 5 ranks in nodes of 2: {0, 1}, {2, 3}, {4}.
+  std::array<std::shared_ptr<Nic>, 5> nics, intra;
+  std::array<std::vector<int>, 5> nodes;
+  run_inproc(5, [&](Comm& c) {
+    apply_network_model(c, two_level());
+    nics[c.rank()] = c.network();
+    intra[c.rank()] = c.intra_network();
+    auto sub = c.split(c.rank() % 2, c.rank());  // {0, 2, 4}, {1, 3}
+    nodes[c.rank()] = sub->nodes();
+    EXPECT_EQ(sub->network(), c.network());
+    EXPECT_EQ(sub->intra_network(), c.intra_network());
+  });
+  EXPECT_EQ(nics[0], nics[1]);
+  EXPECT_EQ(nics[2], nics[3]);
+  EXPECT_NE(nics[0], nics[2]);
+  EXPECT_NE(nics[4], nics[2]);
+  for (int r = 0; r < 5; ++r) {
+    ASSERT_TRUE(nics[r] && intra[r]);
+    EXPECT_DOUBLE_EQ(nics[r]->model().bandwidth, kBandwidth);
+    EXPECT_DOUBLE_EQ(intra[r]->model().bandwidth, kIntraBandwidth);
+    for (int q = 0; q < r; ++q) EXPECT_NE(intra[r], intra[q]);
+  }
+  EXPECT_EQ(nodes[0], (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(nodes[1], (std::vector<int>{0, 1}));
+  EXPECT_EQ(two_level().describe(), "1Gbit, 50us; nodes of 2, inside 4Gbit, 10us");
+}
+
+TEST(TwoLevelNetwork, NodeSizeWithoutEmulationStillSetsTheNodes) {
+  NetModel m;
+  m.node_size = 3;
+  run_inproc(4, [&](Comm& c) {
+    apply_network_model(c, m);
+    EXPECT_EQ(c.nodes(), (std::vector<int>{0, 0, 0, 1}));
+    EXPECT_EQ(c.network(), nullptr);
+  });
+}
+
+TEST(TwoLevelNetwork, AnUnlimitedLinkCostsOnlyItsLatency) {
+  Nic nic(NetModel{0.0, 0.5});
+  EXPECT_DOUBLE_EQ(nic.depart(1000, 10.0), 10.0);
+  EXPECT_DOUBLE_EQ(nic.arrive(1000, 10.0), 10.5);
+  EXPECT_DOUBLE_EQ(nic.arrive(1000, 10.0), 10.5);  // nothing occupies the ingress
 }
 
 }  // namespace

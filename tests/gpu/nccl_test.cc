@@ -1,6 +1,7 @@
 // nccl allreduce against MPI_Allreduce (the peer) and a double reference,
-// bitwise identical on every rank. Needs one CUDA device per rank; skips
-// cleanly where there is none, and checks the error a user would see.
+// bitwise identical on every rank. Needs one CUDA device per rank (CTest runs
+// it with as many ranks as devices, tests/gpu/per_device.sh); skips cleanly
+// where there are fewer, and checks the error a user would see without one.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -20,14 +21,15 @@
 namespace psar {
 namespace {
 
-bool have_device() {
+int device_count() {
 #ifdef PSAR_HAVE_CUDA
   int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 #else
-  return false;
+  return 0;
 #endif
 }
+bool have_device() { return device_count() > 0; }
 
 TEST(Nccl, WithoutADeviceTheBackendSaysWhy) {
   if (have_device()) GTEST_SKIP() << "a CUDA device is present";
@@ -48,6 +50,9 @@ TEST(Nccl, WithoutADeviceTheBackendSaysWhy) {
 TEST(Nccl, MatchesMpiAllreduceAndADoubleReference) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device visible: nothing to run nccl on";
   Comm& world = testing::mpi_world();
+  if (device_count() < world.size())
+    GTEST_SKIP() << world.size() << " ranks need " << world.size() << " CUDA devices, "
+                 << device_count() << " visible (NCCL refuses two ranks on one GPU)";
   auto nccl = make_allreducer("nccl");
   auto mpi = make_allreducer("mpi");
   for (size_t count : {size_t{0}, size_t{1}, size_t{1000003}, size_t{1} << 22}) {

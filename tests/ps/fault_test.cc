@@ -108,15 +108,5 @@ TEST(DeadServer, AClientTimesOutNamingTheShardAndItsEndpoint) {
   EXPECT_FALSE(contains(e, "shard 0 (")) << "shard 0 answered: " << e;
 }
 
-TEST(DeadServer, ConnectingToNothingTimesOutToo) {
-  ClientOptions o;
-  o.timeout_s = kTimeout;
-  o.shards = {{0, "tcp://127.0.0.1:1", {0, 8}}};  // port 1: nobody listens
-  Client client(o);
-  std::vector<float> params(8);
-  const std::string e = message_of<TimeoutError>([&] { client.pull(params); });
-  EXPECT_TRUE(contains(e, "tcp://127.0.0.1:1")) << e;
-}
-
 }  // namespace
 }  // namespace psar::ps

@@ -95,9 +95,6 @@ TEST(PsUnderMpi, MatchesMpiAllreduceAfterFiftyStepsWithExactByteCounts) {
 }
 
 TEST(PsUnderMpi, TrainingWithSyncPsEndsWithinOneE5OfSyncMpi) {
-  const auto names = sync_names();
-  if (std::find(names.begin(), names.end(), "ps") == names.end())
-    GTEST_SKIP() << "`ps` is not in trainer/sync_registry.cc yet";
   const std::string base = ::psar::testing::small_mlp_config("mpi", 50).dump();
   Config ps_cfg = config(base);
   ps_cfg.set("sync.backend=ps");

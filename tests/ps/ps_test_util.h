@@ -141,7 +141,7 @@ struct LocalJob {
       auto server = std::make_unique<Server>(
           o, std::span<const float>(initial).subspan(static_cast<size_t>(plan[s].begin),
                                                      static_cast<size_t>(plan[s].size())));
-      addresses.push_back({s, server->endpoint(), plan[s]});
+      addresses.push_back({s, server->endpoint(), plan[s], "this host"});
       servers.push_back(std::make_unique<ServerThread>(std::move(server)));
     }
     timeout_s = base.timeout_s;

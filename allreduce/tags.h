@@ -15,5 +15,6 @@ inline constexpr int kButterfly = 0x1500;
 inline constexpr int kHalvingDoubling = 0x1600;
 inline constexpr int kFoldIn = 0x1700;  // non-power-of-two folding (butterfly, halving-doubling)
 inline constexpr int kFoldOut = 0x1701;
+inline constexpr int kSteps = 0x1800;  // run_steps: any algorithm's step list (allreduce/steps.h)
 
 }  // namespace psar::allreduce_tags

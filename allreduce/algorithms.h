@@ -30,5 +30,11 @@ int64_t ring_sent_bytes(int rank, int ranks, int64_t count);
 int64_t tree_sent_bytes(int rank, int ranks, int64_t count);
 int64_t butterfly_sent_bytes(int rank, int ranks, int64_t count);
 int64_t halving_doubling_sent_bytes(int rank, int ranks, int64_t count);
+// Each algorithm's schedule as a step list (allreduce/steps.h), in its file.
+StepList naive_steps(int ranks, int64_t count, const AllreduceOptions&);
+StepList ring_steps(int ranks, int64_t count, const AllreduceOptions&);
+StepList tree_steps(int ranks, int64_t count, const AllreduceOptions&);
+StepList butterfly_steps(int ranks, int64_t count, const AllreduceOptions&);
+StepList halving_doubling_steps(int ranks, int64_t count, const AllreduceOptions&);
 
 }  // namespace psar

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/steps.h"
 #include "comm/comm.h"
 
 namespace psar {
@@ -47,6 +48,9 @@ using CostForm = CostTerms (*)(int ranks, int64_t bytes, const AllreduceOptions&
 // Payload bytes that rank `rank` of `ranks` sends in one allreduce of `count`
 // floats, exactly as the Comm counters count them (tests/allreduce/bytes_test.cc).
 using SentBytes = int64_t (*)(int rank, int ranks, int64_t count);
+// The algorithm's schedule for `ranks` ranks and `count` floats as a step list
+// (allreduce/steps.h): what the simulator times.
+using StepsFn = StepList (*)(int ranks, int64_t count, const AllreduceOptions& options);
 
 struct AllreducerEntry {
   const char* name;
@@ -57,6 +61,8 @@ struct AllreducerEntry {
   CostForm cost = nullptr;  // every algorithm has one (a test checks)
   // nullptr when the bytes bypass psar's Comm (mpi, nccl): no counter sees them.
   SentBytes sent_bytes = nullptr;
+  // nullptr when the schedule is not psar's (mpi, nccl): simulated as ring's.
+  StepsFn steps = nullptr;
 
   // Over every rank of one allreduce of `count` floats (needs sent_bytes).
   int64_t sent_bytes_total(int ranks, int64_t count) const;

@@ -97,6 +97,20 @@ int64_t butterfly_sent_bytes(int rank, int ranks, int64_t count) {
   return 4 * count * (rounds + (fold.partner(rank) >= 0 ? 1 : 0));
 }
 
+// Fold in (round 0 if N is not a power of two), log₂p2 swaps of the whole
+// vector, fold out.
+StepList butterfly_steps(int ranks, int64_t count, const AllreduceOptions&) {
+  StepList list{.algorithm = "butterfly", .ranks = ranks, .count = count, .rounds = {}};
+  if (ranks == 1 || count == 0) return list;
+  const Fold fold(ranks);
+  int round = fold_in_steps(fold, count, list);
+  for (int distance = 1; distance < fold.p2; distance *= 2, ++round)
+    for (int r = 0; r < fold.p2; ++r)
+      list.add(round, {.src = r, .dst = r ^ distance, .offset = 0, .count = count, .reduce = true});
+  fold_out_steps(fold, count, round, list);
+  return list;
+}
+
 std::unique_ptr<Allreducer> make_butterfly_allreducer(const AllreduceOptions&) {
   return std::make_unique<ButterflyAllreducer>();
 }

@@ -38,4 +38,16 @@ void fold_out(Comm& comm, const Fold& fold, std::span<float> data) {
     comm.send(peer, std::span<const float>(data), allreduce_tags::kFoldOut);
 }
 
+int fold_in_steps(const Fold& fold, int64_t count, StepList& list) {
+  if (fold.extras == 0) return 0;
+  for (int e = fold.p2; e < fold.p2 + fold.extras; ++e)
+    list.add(0, {.src = e, .dst = fold.partner(e), .offset = 0, .count = count, .reduce = true});
+  return 1;
+}
+
+void fold_out_steps(const Fold& fold, int64_t count, int round, StepList& list) {
+  for (int e = fold.p2; e < fold.p2 + fold.extras; ++e)
+    list.add(round, {.src = fold.partner(e), .dst = e, .offset = 0, .count = count, .reduce = false});
+}
+
 }  // namespace psar

@@ -8,6 +8,7 @@
 
 #include <span>
 
+#include "allreduce/steps.h"
 #include "comm/comm.h"
 
 namespace psar {
@@ -28,5 +29,11 @@ struct Fold {
 void fold_in(Comm& comm, const Fold& fold, std::span<float> data, std::span<float> scratch);
 // Partners send the result; extra ranks receive it into `data`.
 void fold_out(Comm& comm, const Fold& fold, std::span<float> data);
+
+// The same two exchanges as step-list rounds: fold_in_steps adds round 0 if
+// there are extra ranks and returns the first round after it; fold_out_steps
+// adds round `round` if there are.
+int fold_in_steps(const Fold& fold, int64_t count, StepList& list);
+void fold_out_steps(const Fold& fold, int64_t count, int round, StepList& list);
 
 }  // namespace psar

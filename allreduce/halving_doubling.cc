@@ -120,6 +120,33 @@ int64_t halving_doubling_sent_bytes(int rank, int ranks, int64_t count) {
   return 4 * sent;
 }
 
+// Fold in, log₂p2 halving rounds (each rank gives away the half it does not
+// keep, reduced by the partner), log₂p2 doubling rounds in reverse (each rank
+// sends the half it kept, copied by the partner), fold out.
+StepList halving_doubling_steps(int ranks, int64_t count, const AllreduceOptions&) {
+  StepList list{.algorithm = "halving_doubling", .ranks = ranks, .count = count, .rounds = {}};
+  if (ranks == 1 || count == 0) return list;
+  const Fold fold(ranks);
+  const int first = fold_in_steps(fold, count, list), levels = fold.levels;
+  for (int r = 0; r < fold.p2; ++r) {
+    Range held{0, count};
+    int i = 0;
+    for (int d = fold.p2 / 2; d >= 1; d /= 2, ++i) {
+      const Range lower{held.begin, held.begin + Partition{held.size(), 2}.size(0)};
+      const Range upper{lower.end, held.end};
+      const bool keep_lower = (r & d) == 0;
+      const Range keep = keep_lower ? lower : upper, give = keep_lower ? upper : lower;
+      list.add(first + i, {.src = r, .dst = r ^ d, .offset = give.begin, .count = give.size(),
+                           .reduce = true});
+      list.add(first + 2 * levels - 1 - i, {.src = r, .dst = r ^ d, .offset = keep.begin,
+                                            .count = keep.size(), .reduce = false});
+      held = keep;
+    }
+  }
+  fold_out_steps(fold, count, first + 2 * levels, list);
+  return list;
+}
+
 std::unique_ptr<Allreducer> make_halving_doubling_allreducer(const AllreduceOptions&) {
   return std::make_unique<HalvingDoublingAllreducer>();
 }

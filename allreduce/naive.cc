@@ -78,6 +78,16 @@ CostTerms naive_cost(int ranks, int64_t bytes, const AllreduceOptions&) {
 // The whole vector to each of the N-1 others.
 int64_t naive_sent_bytes(int, int ranks, int64_t count) { return (ranks - 1) * count * 4; }
 
+// One round: the whole vector from every rank to every other, each added.
+StepList naive_steps(int ranks, int64_t count, const AllreduceOptions&) {
+  StepList list{.algorithm = "naive", .ranks = ranks, .count = count, .rounds = {}};
+  if (ranks == 1 || count == 0) return list;
+  for (int r = 0; r < ranks; ++r)
+    for (int k = 1; k < ranks; ++k)
+      list.add(0, {.src = r, .dst = (r + k) % ranks, .offset = 0, .count = count, .reduce = true});
+  return list;
+}
+
 std::unique_ptr<Allreducer> make_naive_allreducer(const AllreduceOptions&) {
   return std::make_unique<NaiveAllreducer>();
 }

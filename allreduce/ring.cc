@@ -54,6 +54,10 @@ int64_t ring_sent_bytes(int rank, int ranks, int64_t count) {
   return 4 * (2 * count - chunks.size(rank) - chunks.size((rank + 1) % ranks));
 }
 
+StepList ring_steps(int ranks, int64_t count, const AllreduceOptions&) {
+  return ring_schedule_steps("ring", ranks, count, 0, 2 * (ranks - 1));
+}
+
 std::unique_ptr<Allreducer> make_ring_allreducer(const AllreduceOptions& options) {
   if (options.segment_bytes <= 0)
     throw ConfigError("ring allreduce: segment size must be positive, got " +

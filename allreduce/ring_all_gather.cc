@@ -43,4 +43,8 @@ void RingAllGather::all_gather(Comm& comm, std::span<const float> input,
   all_gather(comm, output);
 }
 
+StepList ring_all_gather_steps(int ranks, int64_t count) {
+  return ring_schedule_steps("ring all-gather", ranks, count, ranks - 1, 2 * (ranks - 1));
+}
+
 }  // namespace psar

@@ -8,6 +8,20 @@
 
 namespace psar {
 
+StepList ring_schedule_steps(const char* algorithm, int ranks, int64_t count, int first_step,
+                             int last_step) {
+  StepList list{.algorithm = algorithm, .ranks = ranks, .count = count, .rounds = {}};
+  if (ranks == 1 || count == 0) return list;
+  const Partition chunks{count, ranks};
+  for (int step = first_step; step < last_step; ++step)
+    for (int r = 0; r < ranks; ++r) {
+      const int c = ring_send_chunk(r, ranks, step);
+      list.add(step - first_step, {.src = r, .dst = (r + 1) % ranks, .offset = chunks.offset(c),
+                                   .count = chunks.size(c), .reduce = step < ranks - 1});
+    }
+  return list;
+}
+
 void RingPipeline::plan(const Comm& comm, int64_t count, int64_t segment_bytes) {
   PSAR_CHECK(segment_bytes > 0, "segment size must be positive, got ", segment_bytes);
   if (comm.rank() == rank_ && comm.size() == size_ && count == count_ &&

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "allreduce/partition.h"
+#include "allreduce/steps.h"
 #include "comm/comm.h"
 
 namespace psar {
@@ -36,6 +37,11 @@ inline int ring_send_chunk(int rank, int size, int step) {
 inline int ring_recv_chunk(int rank, int size, int step) {
   return ((rank - step - 2) % size + size) % size;
 }
+
+// Steps [first_step, last_step) of the schedule as a step list, whole
+// chunks per step (segments stream within a step and change no round).
+StepList ring_schedule_steps(const char* algorithm, int ranks, int64_t count, int first_step,
+                             int last_step);
 
 class RingPipeline {
  public:

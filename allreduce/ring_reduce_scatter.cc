@@ -45,4 +45,8 @@ void RingReduceScatter::reduce_scatter(Comm& comm, std::span<const float> input,
                 output.size() * sizeof(float));
 }
 
+StepList ring_reduce_scatter_steps(int ranks, int64_t count) {
+  return ring_schedule_steps("ring reduce-scatter", ranks, count, 0, ranks - 1);
+}
+
 }  // namespace psar

@@ -16,5 +16,6 @@ inline constexpr int kHalvingDoubling = 0x1600;
 inline constexpr int kFoldIn = 0x1700;  // non-power-of-two folding (butterfly, halving-doubling)
 inline constexpr int kFoldOut = 0x1701;
 inline constexpr int kHierarchical = 0x1800;  // its slice ring between nodes (or its flat ring)
+inline constexpr int kSteps = 0x1900;  // run_steps: any algorithm's step list (allreduce/steps.h)
 
 }  // namespace psar::allreduce_tags

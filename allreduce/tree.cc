@@ -146,6 +146,35 @@ int64_t tree_sent_bytes(int rank, int ranks, int64_t count) {
   return 4 * count * ((rank > 0) + children);
 }
 
+// Segment j leaves a node at depth k for its parent at round (D-k)+j (D the
+// deepest level), so a parent has it from every child one round before it
+// passes it on; the broadcast sends segment j from depth k at round
+// U+k+j, U = D+S-1 the rounds of the reduction: 2(D+S-1) rounds in all.
+StepList tree_steps(int ranks, int64_t count, const AllreduceOptions& options) {
+  StepList list{.algorithm = "tree", .ranks = ranks, .count = count, .rounds = {}};
+  if (ranks == 1 || count == 0) return list;
+  const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+  const Partition segs{count, static_cast<int>(std::max<int64_t>(
+                                  1, (bytes + options.segment_bytes - 1) / options.segment_bytes))};
+  auto depth = [](int r) {
+    int d = 0;
+    while (r > 0) r = (r - 1) / 2, ++d;
+    return d;
+  };
+  const int deepest = depth(ranks - 1), up_rounds = deepest + segs.parts - 1;
+  for (int j = 0; j < segs.parts; ++j)
+    for (int r = 1; r < ranks; ++r)
+      list.add(deepest - depth(r) + j, {.src = r, .dst = (r - 1) / 2, .offset = segs.offset(j),
+                                        .count = segs.size(j), .reduce = true});
+  for (int j = 0; j < segs.parts; ++j)
+    for (int r = 0; r < ranks; ++r)
+      for (int c : {2 * r + 1, 2 * r + 2})
+        if (c < ranks)
+          list.add(up_rounds + depth(r) + j, {.src = r, .dst = c, .offset = segs.offset(j),
+                                              .count = segs.size(j), .reduce = false});
+  return list;
+}
+
 std::unique_ptr<Allreducer> make_tree_allreducer(const AllreduceOptions& options) {
   if (options.segment_bytes <= 0)
     throw ConfigError("tree allreduce: segment size must be positive, got " +

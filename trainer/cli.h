@@ -53,6 +53,7 @@ int cmd_cost(CliContext&);
 int cmd_bench_ps(CliContext&);
 int cmd_schedule(CliContext&);
 int cmd_keys(CliContext&);
+int cmd_simulate(CliContext&);
 
 // What `psar bench allreduce` runs without --algos: every host algorithm of
 // the allreduce registry, in its order (a registered one included).

@@ -12,6 +12,7 @@ constexpr Subcommand kCommands[] = {
      "allreduce cost forms and exact bytes: --p 2,4 --n 4K,16M --alpha 5us --beta 1e-10"},
     {"keys", &cmd_keys, "list every configuration key (Markdown)"},
     {"schedule", &cmd_schedule, "print a pipeline schedule: --kind 1f1b --stages 4 --microbatches 8"},
+    {"simulate", &cmd_simulate, "simulate a training step on a modelled cluster: psar simulate CONFIG.yaml"},
 };
 }  // namespace
 

@@ -107,6 +107,23 @@ Schema build() {
   s.add({"net.node_size", T::kInt, "0", "ranks per node: a two-level network (net.bandwidth/latency: the node's NIC shared by its ranks) and the nodes of the hierarchical allreduce; 0 = one level"});
   s.add({"net.intra_bandwidth", T::kBandwidth, "", "bandwidth of each rank's links inside a node (unset = not limited)"});
   s.add({"net.intra_latency", T::kDuration, "0us", "per-message latency inside a node"});
+
+  // cluster and simulate: the modelled cluster of `psar simulate` and `psar plan` (docs/simulate.md)
+  s.add({"cluster.nodes", T::kInt, "1", "simulate: nodes"});
+  s.add({"cluster.gpus_per_node", T::kInt, "8", "simulate: GPUs per node"});
+  s.add({"cluster.gpu.peak_flops", T::kFloat, "312e12", "simulate: a GPU's dense peak FLOP/s (A100 bf16: 312e12)"});
+  s.add({"cluster.gpu.gemm_efficiency", T::kFloat, "0.5", "simulate: share of peak a layer's FLOPs run at"});
+  s.add({"cluster.gpu.kernel_overhead", T::kDuration, "0us", "simulate: fixed cost per kernel launch"});
+  s.add({"cluster.gpu.memory", T::kBytes, "80G", "simulate/plan: memory per GPU"});
+  s.add({"cluster.intra.bandwidth", T::kBandwidth, "300GB/s", "simulate: per-GPU link to the node's switch, each way"});
+  s.add({"cluster.intra.latency", T::kDuration, "5us", "simulate: per-message latency inside a node"});
+  s.add({"cluster.inter.bandwidth", T::kBandwidth, "200Gbit", "simulate: per-NIC bandwidth between nodes, each way"});
+  s.add({"cluster.inter.latency", T::kDuration, "5us", "simulate: per-message latency between nodes"});
+  s.add({"cluster.inter.nics_per_node", T::kInt, "8", "simulate: NICs per node (GPU i uses NIC i·nics/gpus_per_node)"});
+  s.add({"simulate.recompute", T::kBool, "false", "simulate: full activation recomputation (one more forward per backward)"});
+  s.add({"simulate.dtype_bytes", T::kInt, "2", "simulate: bytes per activation element (bf16: 2)"});
+  s.add({"simulate.grad_bytes", T::kInt, "4", "simulate: bytes per gradient element in the data-parallel sync"});
+  s.add({"simulate.symmetric", T::kBool, "true", "simulate: one pipeline replica stands for all d (false: replay every replica)"});
   return s;
 }
 

@@ -38,6 +38,10 @@ class Done {
 }  // namespace
 
 Replay replay(const Schedule& s, const DurationFn& duration, double latency) {
+  return replay(s, duration, [latency](const Transfer&) { return latency; });
+}
+
+Replay replay(const Schedule& s, const DurationFn& duration, const LatencyFn& latency) {
   const int p = s.stages;
   Done done(s.microbatches, s.virtual_stages());
   std::vector<size_t> next(static_cast<size_t>(p), 0);
@@ -67,7 +71,7 @@ Replay replay(const Schedule& s, const DurationFn& duration, double latency) {
     if (const auto in = input_of(s, stage, a)) {
       const double produced = done.of(*in);
       if (produced == kNotYet) return wait([&] { return "the " + describe(*in); });
-      ready = std::max(ready, produced + (in->local() ? 0.0 : latency));
+      ready = std::max(ready, produced + (in->local() ? 0.0 : latency(*in)));
     }
     return std::optional<double>(ready);
   };

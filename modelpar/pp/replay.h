@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "modelpar/pp/p2p.h"
 #include "modelpar/pp/schedule.h"
 
 namespace psar::pp::detail {
@@ -30,7 +31,10 @@ struct Replay {
 };
 
 using DurationFn = std::function<double(int stage, const Action& action)>;
+// The delay of one transfer between different ranks (local ones are free).
+using LatencyFn = std::function<double(const Transfer& transfer)>;
 
 Replay replay(const Schedule& schedule, const DurationFn& duration, double latency);
+Replay replay(const Schedule& schedule, const DurationFn& duration, const LatencyFn& latency);
 
 }  // namespace psar::pp::detail

@@ -36,7 +36,8 @@ std::vector<double> vstage_weights(const Schedule& s, const std::vector<int>& la
 }
 
 // Replays a validated schedule and sums up busy and idle time per stage.
-Prediction replay_validated(const Schedule& s, const detail::DurationFn& duration, double latency);
+Prediction replay_validated(const Schedule& s, const detail::DurationFn& duration,
+                            const detail::LatencyFn& latency);
 
 }  // namespace
 
@@ -65,12 +66,16 @@ Prediction simulate(const Schedule& s, const SimOptions& options) {
     }
     return 0.0;
   };
-  return replay_validated(s, duration, c.p2p_latency);
+  return replay_validated(s, duration, [&](const Transfer&) { return c.p2p_latency; });
 }
 
 Prediction simulate_costs(const Schedule& s, const ActionCost& cost, double p2p_latency) {
-  validate(s);
   check_cost("p2p latency", p2p_latency);
+  return simulate_costs(s, cost, [p2p_latency](const Transfer&) { return p2p_latency; });
+}
+
+Prediction simulate_costs(const Schedule& s, const ActionCost& cost, const TransferCost& transfer) {
+  validate(s);
   const auto duration = [&](int stage, const Action& a) {
     const double t = cost(stage, a);
     if (!std::isfinite(t) || t < 0)
@@ -80,12 +85,20 @@ Prediction simulate_costs(const Schedule& s, const ActionCost& cost, double p2p_
                                "; durations must be finite and non-negative"));
     return t;
   };
-  return replay_validated(s, duration, p2p_latency);
+  const auto latency = [&](const Transfer& t) {
+    const double delay = transfer(t);
+    if (!std::isfinite(delay) || delay < 0)
+      throw ConfigError(concat("pipeline simulator: the ", describe(t), " has delay ", delay,
+                               "; delays must be finite and non-negative"));
+    return delay;
+  };
+  return replay_validated(s, duration, latency);
 }
 
 namespace {
 
-Prediction replay_validated(const Schedule& s, const detail::DurationFn& duration, double latency) {
+Prediction replay_validated(const Schedule& s, const detail::DurationFn& duration,
+                            const detail::LatencyFn& latency) {
   detail::Replay r = detail::replay(s, duration, latency);
   PSAR_CHECK(r.finished(), "a validated schedule did not finish in the simulator");
 

@@ -26,6 +26,7 @@
 #include <functional>
 #include <vector>
 
+#include "modelpar/pp/p2p.h"
 #include "modelpar/pp/schedule.h"
 
 namespace psar::pp {
@@ -63,6 +64,10 @@ Prediction simulate(const Schedule& schedule, const SimOptions& options = {});
 // non-finite duration.
 using ActionCost = std::function<double(int stage, const Action& action)>;
 Prediction simulate_costs(const Schedule& schedule, const ActionCost& cost, double p2p_latency = 0);
+// And with a delay per transfer (the cluster simulator's links, sim/step.h).
+using TransferCost = std::function<double(const Transfer& transfer)>;
+Prediction simulate_costs(const Schedule& schedule, const ActionCost& cost,
+                          const TransferCost& transfer);
 
 // Peak in-flight activations per stage; depends on the order only, not on costs.
 std::vector<int> peak_activations(const Schedule& schedule);

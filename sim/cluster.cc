@@ -1,0 +1,76 @@
+#include "sim/cluster.h"
+
+#include "core/errors.h"
+
+namespace psar::sim {
+
+using psar::detail::concat;
+
+namespace {
+
+template <typename T>
+T positive(const Config& c, const std::string& key, T value) {
+  if (!(value > 0)) throw ConfigError(concat(key, " must be positive, got ", value));
+  return value;
+}
+
+}  // namespace
+
+ClusterSpec cluster_from_config(const Config& c) {
+  ClusterSpec s;
+  s.nodes = positive(c, "cluster.nodes", static_cast<int>(c.get_int("cluster.nodes")));
+  s.gpus_per_node =
+      positive(c, "cluster.gpus_per_node", static_cast<int>(c.get_int("cluster.gpus_per_node")));
+  s.gpu.peak_flops = positive(c, "cluster.gpu.peak_flops", c.get_float("cluster.gpu.peak_flops"));
+  s.gpu.gemm_efficiency =
+      positive(c, "cluster.gpu.gemm_efficiency", c.get_float("cluster.gpu.gemm_efficiency"));
+  if (s.gpu.gemm_efficiency > 1)
+    throw ConfigError(concat("cluster.gpu.gemm_efficiency must be in (0, 1], got ",
+                             s.gpu.gemm_efficiency));
+  s.gpu.kernel_overhead = c.get_duration("cluster.gpu.kernel_overhead");
+  s.gpu.memory = positive(c, "cluster.gpu.memory", c.get_bytes("cluster.gpu.memory"));
+  s.intra.bandwidth =
+      positive(c, "cluster.intra.bandwidth", c.get_bandwidth("cluster.intra.bandwidth"));
+  s.intra.latency = c.get_duration("cluster.intra.latency");
+  s.inter.bandwidth =
+      positive(c, "cluster.inter.bandwidth", c.get_bandwidth("cluster.inter.bandwidth"));
+  s.inter.latency = c.get_duration("cluster.inter.latency");
+  s.nics_per_node = positive(c, "cluster.inter.nics_per_node",
+                             static_cast<int>(c.get_int("cluster.inter.nics_per_node")));
+  if (s.nics_per_node > s.gpus_per_node)
+    throw ConfigError(concat("cluster.inter.nics_per_node = ", s.nics_per_node,
+                             " exceeds cluster.gpus_per_node = ", s.gpus_per_node,
+                             " (each NIC serves at least one GPU)"));
+  return s;
+}
+
+Network::Network(ClusterSpec spec, int hosts) : spec_(spec), hosts_(hosts) {
+  PSAR_CHECK(spec_.gpus() > 0 && spec_.nics_per_node > 0 && hosts >= 0, "bad cluster shape");
+  // [2g, 2g+1]: GPU g's switch egress and ingress; then per NIC the same pair.
+  bandwidth_.assign(static_cast<size_t>(2 * spec_.gpus()), spec_.intra.bandwidth);
+  const int nics = spec_.nodes * spec_.nics_per_node + hosts_;
+  bandwidth_.resize(bandwidth_.size() + static_cast<size_t>(2 * nics), spec_.inter.bandwidth);
+}
+
+int Network::node_of(int e) const {
+  return e < spec_.gpus() ? e / spec_.gpus_per_node : spec_.nodes + (e - spec_.gpus());
+}
+
+int Network::nic_of(int e) const {
+  if (e >= spec_.gpus()) return spec_.nodes * spec_.nics_per_node + (e - spec_.gpus());
+  const int local = e % spec_.gpus_per_node;
+  return (e / spec_.gpus_per_node) * spec_.nics_per_node +
+         local * spec_.nics_per_node / spec_.gpus_per_node;
+}
+
+Network::Path Network::path(int src, int dst) const {
+  PSAR_CHECK(0 <= src && src < endpoints() && 0 <= dst && dst < endpoints(), "endpoint ", src,
+             " or ", dst, " outside the network of ", endpoints());
+  if (src == dst) return {};
+  if (node_of(src) == node_of(dst) && src < spec_.gpus())
+    return {2 * src, 2 * dst + 1, spec_.intra.latency};
+  const int base = 2 * spec_.gpus();
+  return {base + 2 * nic_of(src), base + 2 * nic_of(dst) + 1, spec_.inter.latency};
+}
+
+}  // namespace psar::sim

@@ -1,0 +1,72 @@
+#pragma once
+// The modelled cluster of `psar simulate` (docs/simulate.md): nodes of
+// gpus_per_node GPUs; inside a node every GPU has one link to a switch
+// (NVSwitch: intra.bandwidth each way), between nodes every node has
+// nics_per_node NICs of inter.bandwidth each way, GPU i of a node using NIC
+// ⌊i·nics/gpus⌋ (DGX: GPU i ↔ NIC i). Hosts beyond the GPUs (dedicated
+// parameter-server shards) each have one NIC of inter.bandwidth.
+//
+// Links are one-way: a message from GPU a to GPU b crosses a's egress and
+// b's ingress — the GPUs' switch links if both sit on one node, the two
+// NICs otherwise — and pays that path's latency once. Contention: flows that
+// share a link in the same round share its bandwidth equally
+// (sim/collective.h).
+
+#include <cstdint>
+#include <vector>
+
+#include "core/config.h"
+
+namespace psar::sim {
+
+struct LinkSpec {
+  double bandwidth = 0;  // bytes/s, each way
+  double latency = 0;    // s per message
+};
+
+struct GpuSpec {
+  double peak_flops = 0;       // dense bf16 FLOP/s
+  double gemm_efficiency = 1;  // share of peak a layer's FLOPs run at
+  double kernel_overhead = 0;  // s per kernel launch (a fixed cost per kernel)
+  int64_t memory = 0;          // bytes
+};
+
+struct ClusterSpec {
+  int nodes = 1;
+  int gpus_per_node = 1;
+  GpuSpec gpu;
+  LinkSpec intra, inter;
+  int nics_per_node = 1;
+  int gpus() const { return nodes * gpus_per_node; }
+};
+
+// From the config's cluster.* keys; ConfigError naming the key for a
+// non-positive size, bandwidth or peak, an efficiency outside (0, 1], or
+// more NICs than GPUs per node.
+ClusterSpec cluster_from_config(const Config& config);
+
+// Endpoints: GPUs 0..gpus()-1 (node = gpu / gpus_per_node), then `hosts`
+// extra hosts.
+class Network {
+ public:
+  Network(ClusterSpec spec, int hosts = 0);
+  const ClusterSpec& spec() const { return spec_; }
+  int endpoints() const { return spec_.gpus() + hosts_; }
+  int links() const { return static_cast<int>(bandwidth_.size()); }
+  double bandwidth(int link) const { return bandwidth_[static_cast<size_t>(link)]; }
+
+  struct Path {
+    int egress = -1, ingress = -1;  // link ids; -1: none (a message to oneself)
+    double latency = 0;
+  };
+  Path path(int src, int dst) const;
+
+ private:
+  int node_of(int endpoint) const;
+  int nic_of(int endpoint) const;  // the NIC link pair's index
+  ClusterSpec spec_;
+  int hosts_ = 0;
+  std::vector<double> bandwidth_;  // [link]: GPU switch links, then NICs
+};
+
+}  // namespace psar::sim

@@ -1,0 +1,44 @@
+#pragma once
+// Timing step lists (allreduce/steps.h) on the modelled network
+// (sim/cluster.h). Several lists may run at once — every data-parallel group
+// of a 3D grid syncs at the same time — and then share links.
+//
+// The model, round by round (a round of a step list is one step k of the
+// algorithm, taken by every group at once):
+//   - a rank takes part in round k once it has finished round k−1 (each rank
+//     has its own clock, so a late group or rank delays only its peers);
+//   - a message starts when its sender is ready and takes
+//       latency(path) + bytes / min over its links (bandwidth / flows on it),
+//     the flows on a link being every message of round k, over all groups,
+//     that crosses it (equal sharing: two equal flows on one NIC each take
+//     twice as long);
+//   - a rank finishes round k when every message it sends or receives has
+//     arrived, plus reduced bytes / reduce_bandwidth for what it adds.
+// On a uniform network with one group this is the α-β(-γ) model of
+// docs/theory.md exactly: a ring allreduce of n bytes takes
+// 2(p−1)α + 2(p−1)/p·n·β. What it leaves out: flows of different rounds
+// overlapping in time, and segments pipelining inside a round.
+
+#include <vector>
+
+#include "allreduce/steps.h"
+#include "sim/cluster.h"
+
+namespace psar::sim {
+
+struct GroupRun {
+  const StepList* list = nullptr;
+  std::vector<int> endpoint;  // [rank of the list] -> network endpoint
+  double start = 0;           // when every rank of the group enters round 0
+  double element_bytes = 4;   // bytes of one element of the list's vector
+};
+
+struct CollectiveOptions {
+  double reduce_bandwidth = 0;  // bytes/s of a reduction; 0: free
+};
+
+// Per group, when its last rank finished.
+std::vector<double> run_groups(const Network& net, const std::vector<GroupRun>& groups,
+                               const CollectiveOptions& options = {});
+
+}  // namespace psar::sim

@@ -1,0 +1,97 @@
+#pragma once
+// One training step of a GPT on the modelled cluster (docs/simulate.md):
+// the pipeline schedule psar executes (modelpar/pp, the same Schedule
+// objects), each action's compute from its FLOPs (sim/gpt_cost.h) at
+// gemm_efficiency of peak plus a fixed cost per kernel, the tensor-parallel
+// all-reduces of every block on the action's critical path, the transfers
+// between stages as messages on links, and at the end each stage's
+// data-parallel sync — the sync algorithm's own step list, every group at
+// once on the shared links (sim/collective.h) — or the parameter server's
+// pushes and pulls per shard.
+//
+// Symmetry: the t ranks of a tensor-parallel group run the same actions in
+// lockstep (their all-reduces synchronize them), so one pipeline of TP
+// groups stands for each data-parallel replica. With `symmetric`, replica 0
+// stands for all d (their transfers see the same contention by
+// construction); without, every replica is replayed with its own transfer
+// times and a stage's sync starts when its slowest replica is done. Both
+// simulate every data-parallel group's messages.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "modelpar/pp/schedule.h"
+#include "sim/cluster.h"
+#include "sim/gpt_cost.h"
+
+namespace psar::sim {
+
+// Kernels of one block's forward, each paying kernel_overhead: LN, QKV GEMM,
+// scores GEMM, softmax, dropout, context GEMM, projection GEMM, bias+dropout+
+// residual, LN, fc1 GEMM, GeLU, fc2 GEMM, bias+dropout+residual. Backward
+// launches twice as many.
+inline constexpr int kKernelsPerBlockForward = 13;
+// The head's forward: logits GEMM, cross-entropy.
+inline constexpr int kKernelsHeadForward = 2;
+
+struct StepSpec {
+  GptShape model;
+  int pp = 1, tp = 1, dp = 1;
+  std::string order = "tp-dp-pp";
+  int64_t batch = 1;       // B, sequences per step
+  int microbatches = 1;    // m
+  int64_t microbatch = 1;  // b = B / (d·m)
+  int chunks = 1;          // v
+  std::string schedule = "1f1b";
+  bool scatter_gather = false;
+  std::vector<int> vstage_layers;  // [p·v] layers per virtual stage
+  std::string sync = "ring";       // allreduce algorithm, or "ps"
+  int ps_servers = 1;
+  bool ps_colocated = false;
+  std::string tp_allreduce = "ring";
+  int64_t segment_bytes = 512 * 1024;
+  bool recompute = false;
+  int dtype_bytes = 2;  // activations and TP all-reduces
+  int grad_bytes = 4;   // one gradient element in the data-parallel sync
+  bool symmetric = true;
+};
+
+// From the config (model.*, parallel.*, train.batch_size, sync.*, ps.*,
+// simulate.*) on `cluster`: d = GPUs / (p·t). ConfigError naming the field
+// for a grid or batch the cluster cannot hold (t not dividing
+// cluster.gpus_per_node, p·t not dividing the GPUs, B not a multiple of d·m,
+// heads or hidden not divisible by t, a model that is not a GPT, vocab 0).
+StepSpec step_from_config(const Config& config, const ClusterSpec& cluster);
+// The same checks on a spec built in code (the planner's).
+void check_step(const StepSpec& spec, const ClusterSpec& cluster);
+
+struct StageTimes {
+  double compute_s = 0;  // Σ FLOP time and kernel overheads of its actions
+  double tp_s = 0;       // Σ tensor-parallel all-reduces inside its actions
+  double idle_s = 0;     // pipeline makespan − compute − tp: bubble and transfer waits
+  double end_s = 0;      // its last action ends
+  double sync_s = 0;     // its data-parallel sync, from end_s to done
+  int64_t params = 0;    // parameters one of its GPUs holds
+};
+
+struct StepResult {
+  double step_s = 0;
+  double pipeline_s = 0;         // makespan of the schedule
+  double sync_exposed_s = 0;     // step_s − pipeline_s
+  double bubble_fraction = 0;    // pp::Prediction's: idle over busy
+  double idle_share = 0;         // idle over p·makespan
+  double tp_allreduce_s = 0;     // one all-reduce of [b, s, h]
+  double transfer_s = 0;         // one activation from stage 0 to 1 (0 if p = 1)
+  double flops = 0;              // of the step, all GPUs (sim/gpt_cost.h's count)
+  double tflops_per_gpu = 0;     // flops / (step_s · GPUs) / 1e12
+  int gpus = 0;
+  std::vector<StageTimes> stages;
+  // Replica 0's actions per stage, in the order the replay ran them.
+  std::vector<std::vector<pp::Action>> order;
+};
+
+StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& spec);
+
+}  // namespace psar::sim

@@ -161,18 +161,8 @@ TEST(Overlap3d, A222RunWithItsTiedEmbeddingEqualsTheNonOverlappedRun) {
 }
 
 TEST(OverlapErrors, TheParameterServerIsAConfigError) {
-  const Config cfg = mlp({"sync.backend=ps", "sync.overlap=true", "ps.colocated=true"});
-  std::string message;
-  std::mutex mu;
-  run_inproc(2, [&](Comm& c) {
-    try {
-      train(c, cfg);
-      ADD_FAILURE() << "no error";
-    } catch (const ConfigError& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      message = e.what();
-    }
-  }, {20.0});
+  const std::string message = testing::train_config_error(
+      2, mlp({"sync.backend=ps", "sync.overlap=true", "ps.colocated=true"}));
   EXPECT_THAT(message, HasSubstr("sync.overlap: the ps backend syncs the whole model after the "
                                  "backward only"));
 }

@@ -294,30 +294,15 @@ TEST_F(RunFiles3d, PeakActivationBytesPerStageEqualTheSimulatorsPrediction) {
 
 // ---- bad grids ---------------------------------------------------------------
 
-std::string config_error(int ranks, const Config& cfg) {
-  std::string message;
-  std::mutex mu;
-  run_inproc(ranks, [&](Comm& c) {
-    try {
-      train(c, cfg);
-      ADD_FAILURE() << "no error";
-    } catch (const ConfigError& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      message = e.what();
-    }
-  }, {10.0});
-  return message;
-}
-
 TEST(Bad3dGrids, EachIsAConfigErrorNamingTheKeysAndValues) {
   const Grid3d ok{2, 2, 1};
-  EXPECT_THAT(config_error(4, testing::gpt_3d_config({1, 4, 1}, {"model.heads=6", "model.d_model=36"})),
+  EXPECT_THAT(testing::train_config_error(4, testing::gpt_3d_config({1, 4, 1}, {"model.heads=6", "model.d_model=36"})),
               HasSubstr("model.heads = 6 attention heads cannot be split over parallel.tp = 4"));
-  EXPECT_THAT(config_error(4, testing::gpt_3d_config({1, 4, 1}, {"model.heads=2", "model.d_model=6"})),
+  EXPECT_THAT(testing::train_config_error(4, testing::gpt_3d_config({1, 4, 1}, {"model.heads=2", "model.d_model=6"})),
               HasSubstr("model.d_model = 6 cannot be split over parallel.tp = 4"));
-  EXPECT_THAT(config_error(8, testing::gpt_3d_config({4, 2, 1, "interleaved", 4})),
+  EXPECT_THAT(testing::train_config_error(8, testing::gpt_3d_config({4, 2, 1, "interleaved", 4})),
               HasSubstr("more virtual stages (p·v = 16) than model layers (8)"));
-  EXPECT_THAT(config_error(6, testing::gpt_3d_config(ok)),
+  EXPECT_THAT(testing::train_config_error(6, testing::gpt_3d_config(ok)),
               HasSubstr("world size 6 is not divisible by parallel.tp × parallel.pp = 2 × 2"));
   try {  // the schema knows the orders: rejected as the config loads
     testing::gpt_3d_config(ok, {"parallel.order=pp-tp-dp"});
@@ -325,7 +310,7 @@ TEST(Bad3dGrids, EachIsAConfigErrorNamingTheKeysAndValues) {
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), HasSubstr("parallel.order: 'pp-tp-dp' is not one of tp-dp-pp"));
   }
-  EXPECT_THAT(config_error(4, testing::gpt_3d_config(ok, {"sync.backend=ps"})),
+  EXPECT_THAT(testing::train_config_error(4, testing::gpt_3d_config(ok, {"sync.backend=ps"})),
               HasSubstr("sync.backend ps runs data parallelism only"));
 }
 

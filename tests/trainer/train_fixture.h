@@ -2,11 +2,17 @@
 // Small training configurations shared by the trainer tests.
 
 #include <cmath>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "comm/inproc_comm.h"
 #include "core/config.h"
+#include "core/errors.h"
 #include "trainer/schema.h"
+#include "trainer/trainer.h"
 
 namespace psar::testing {
 
@@ -21,6 +27,23 @@ inline Config small_mlp_config(const std::string& sync, int steps = 20,
       "train: {steps: " + std::to_string(steps) + ", batch_size: 48, seed: 3, log_every: 1000}\n"
       "sync: {backend: " + sync + ", timeout: 20s}\n",
       config_schema());
+}
+
+// The ConfigError message of training `cfg` on `ranks` in-process ranks (a
+// test failure if it trains).
+inline std::string train_config_error(int ranks, const Config& cfg) {
+  std::string message;
+  std::mutex mu;
+  run_inproc(ranks, [&](Comm& c) {
+    try {
+      train(c, cfg);
+      ADD_FAILURE() << "no error";
+    } catch (const ConfigError& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      message = e.what();
+    }
+  }, {20.0});
+  return message;
 }
 
 // ‖a − b‖₂ / ‖a‖₂

@@ -16,6 +16,7 @@ constexpr struct {
     {"tp-dp-pp", {GridAxis::kTp, GridAxis::kDp, GridAxis::kPp}},
     {"tp-pp-dp", {GridAxis::kTp, GridAxis::kPp, GridAxis::kDp}},
     {"dp-tp-pp", {GridAxis::kDp, GridAxis::kTp, GridAxis::kPp}},
+    {"pp-tp-dp", {GridAxis::kPp, GridAxis::kTp, GridAxis::kDp}},
 };
 }  // namespace
 

@@ -9,8 +9,9 @@
 // slowest. Megatron's default is tp-dp-pp: tensor-parallel ranks adjacent
 // (inside a host, where their per-layer all-reduces on the critical path
 // are cheapest), then data-parallel replicas, pipeline stages slowest (they
-// span hosts):  world rank = (pp · d + dp) · t + tp. tp-pp-dp and dp-tp-pp
-// are there for experiments (the latter spreads a TP group over hosts).
+// span hosts):  world rank = (pp · d + dp) · t + tp. tp-pp-dp, dp-tp-pp
+// and pp-tp-dp are there for experiments (the last two spread a TP group
+// over hosts; pp-tp-dp even at d = 1, where a pipeline's stages are adjacent).
 
 #include <array>
 #include <memory>

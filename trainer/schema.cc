@@ -86,7 +86,7 @@ Schema build() {
   s.add({"parallel.stage_layers", T::kIntList, "", "explicit layer count per virtual stage (p·v entries; p when chunks = 1)"});
   s.add({"parallel.account_embedding", T::kBool, "false", "even layer split: count the first stage's embedding as one layer (Megatron's account-for-embedding)"});
   s.add({"parallel.account_head", T::kBool, "false", "even layer split: count the last stage's head and loss as one layer (Megatron's account-for-loss)"});
-  s.add({"parallel.order", T::kString, "tp-dp-pp", "rank order of the (p, t, d) grid, fastest-varying axis first (Megatron's tp-dp-pp keeps TP groups adjacent)", {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp"}});
+  s.add({"parallel.order", T::kString, "tp-dp-pp", "rank order of the (p, t, d) grid, fastest-varying axis first (Megatron's tp-dp-pp keeps TP groups adjacent)", {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "pp-tp-dp"}});
   s.add({"parallel.scatter_gather", T::kBool, "false", "between pipeline stages each TP rank sends 1/t of the activation and the receiving stage all-gathers it (Megatron's scatter/gather)"});
   s.add({"parallel.tp_allreduce", T::kString, "ring", "allreduce algorithm of tensor-parallel all-reduces", {}, &all_allreducers});
   s.add({"parallel.tp_split", T::kString, "column_row", "parallel MLP split", {"column_row", "row_column"}});

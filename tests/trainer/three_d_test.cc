@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include "comm/inproc_comm.h"
 #include "core/errors.h"
 #include "core/ops.h"
+#include "modelpar/grid.h"
 #include "modelpar/pp/generators.h"
 #include "modelpar/pp/simulate.h"
 #include "tests/trainer/three_d_fixture.h"
@@ -108,8 +110,32 @@ TEST(Gpt3dCheck, TheComparisonCanFailTrainingMovedTheParameters) {
   EXPECT_GT(relative_difference(serial_gpt(), start), 1e-3);
 }
 
+// The world rank of (pp, tp, dp) under each order, as docs/parallelism_3d.md
+// writes it, and back.
+TEST(GridOrders, RanksFollowTheDocumentedFormulas) {
+  const int p = 2, t = 4, d = 3;
+  const std::map<std::string, std::function<int(int, int, int)>> formula{
+      {"tp-dp-pp", [&](int pp, int tp, int dp) { return (pp * d + dp) * t + tp; }},
+      {"tp-pp-dp", [&](int pp, int tp, int dp) { return (dp * p + pp) * t + tp; }},
+      {"dp-tp-pp", [&](int pp, int tp, int dp) { return (pp * t + tp) * d + dp; }},
+      {"pp-tp-dp", [&](int pp, int tp, int dp) { return (dp * t + tp) * p + pp; }}};
+  for (const auto& [order, rank_of] : formula) {
+    const GridShape shape = make_grid_shape(p * t * d, t, p, order);
+    for (int pp = 0; pp < p; ++pp)
+      for (int tp = 0; tp < t; ++tp)
+        for (int dp = 0; dp < d; ++dp) {
+          const int rank = rank_of(pp, tp, dp);
+          EXPECT_EQ(grid_rank(shape, {tp, dp, pp}), rank) << order;
+          const GridCoord c = grid_coord(shape, rank);
+          EXPECT_EQ(c.pp, pp);
+          EXPECT_EQ(c.tp, tp);
+          EXPECT_EQ(c.dp, dp) << order;
+        }
+  }
+}
+
 TEST(Gpt3dCheck, OtherRankOrdersComputeTheSameModel) {
-  for (const char* order : {"tp-pp-dp", "dp-tp-pp"}) {
+  for (const char* order : {"tp-pp-dp", "dp-tp-pp", "pp-tp-dp"}) {
     const auto parallel = train_grid(
         8, testing::gpt_3d_config({2, 2, 2, "1f1b", 1, true}, {std::string("parallel.order=") + order}));
     EXPECT_LE(relative_difference(serial_gpt(), parallel), 1e-5) << order;

@@ -1,5 +1,7 @@
 #include "trainer/allreduce_sync.h"
 
+#include "allreduce/tuned.h"
+#include "core/errors.h"
 #include "core/ops.h"
 
 namespace psar {
@@ -30,14 +32,29 @@ AllreduceOptions allreduce_options(const Config& config) {
   return options;
 }
 
-SyncSetup make_allreduce_sync(const std::string& algorithm, SyncInit& init) {
-  const AllreduceOptions options = allreduce_options(init.config);
+namespace {
+SyncSetup allreduce_setup(std::unique_ptr<Allreducer> algorithm, SyncInit& init) {
   Comm& group = init.data_parallel ? *init.data_parallel : init.world;
   SyncSetup setup;
   setup.workers = &init.world;
-  setup.sync = std::make_unique<AllreduceSync>(group, make_allreducer(algorithm, options),
-                                               init.optimizer, init.params.size());
+  setup.sync = std::make_unique<AllreduceSync>(group, std::move(algorithm), init.optimizer,
+                                               init.params.size());
   return setup;
+}
+}  // namespace
+
+SyncSetup make_allreduce_sync(const std::string& algorithm, SyncInit& init) {
+  return allreduce_setup(make_allreducer(algorithm, allreduce_options(init.config)), init);
+}
+
+SyncSetup make_tuned_sync(SyncInit& init) {
+  if (!init.config.has("sync.tuning"))
+    throw ConfigError("sync.backend auto needs a tuning table: set sync.tuning to the file "
+                      "psar tune wrote");
+  return allreduce_setup(std::make_unique<TunedAllreducer>(
+                             TuningTable::load(init.config.get_string("sync.tuning")),
+                                                           allreduce_options(init.config)),
+                         init);
 }
 
 }  // namespace psar

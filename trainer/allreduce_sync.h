@@ -29,5 +29,7 @@ class AllreduceSync final : public GradientSync {
 AllreduceOptions allreduce_options(const Config& config);
 
 SyncSetup make_allreduce_sync(const std::string& algorithm, SyncInit& init);
+// `auto`: AllreduceSync over the TunedAllreducer of sync.tuning (allreduce/tuned.h).
+SyncSetup make_tuned_sync(SyncInit& init);
 
 }  // namespace psar

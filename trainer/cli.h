@@ -50,6 +50,7 @@ std::vector<std::string> split_list_arg(const std::string& text);
 int cmd_train(CliContext&);
 int cmd_bench_allreduce(CliContext&);
 int cmd_cost(CliContext&);
+int cmd_tune(CliContext&);
 int cmd_bench_ps(CliContext&);
 int cmd_schedule(CliContext&);
 int cmd_keys(CliContext&);

@@ -21,6 +21,11 @@
 // in-place sums never overflow (float addition costs the same for any normal
 // value).
 //
+// --tuning FILE adds `auto` (allreduce/tuned.h) beside the named algorithms:
+// per size the algorithm FILE predicts fastest. `psar tune ... --out FILE`
+// is this sweep over every host algorithm, writing the measured times as a
+// tuning table (rows of other world sizes already in FILE are kept).
+//
 // --volume-csv adds one more call per (size, algorithm) with the Comm byte
 // counters reset: bytes and messages sent, summed over ranks and the busiest
 // rank, to set beside each algorithm's exact count (`psar cost`,
@@ -30,11 +35,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "allreduce/allreducer.h"
+#include "allreduce/tuned.h"
 #include "allreduce/partition.h"
 #include "comm/comm.h"
 #include "core/csv.h"
@@ -50,6 +57,8 @@ namespace psar {
 
 namespace {
 
+using psar::detail::concat;
+
 struct BenchOptions {
   std::vector<std::string> algos = bench_allreduce_default_algos();
   int64_t min_bytes = 4096, max_bytes = 64 << 20;
@@ -57,13 +66,18 @@ struct BenchOptions {
   int iters = 20, warmup = 5, rounds = 0;  // rounds 0: min(iters, 5)
   bool check = true;
   std::string csv, volume_csv;
+  std::string tuning;      // --tuning: add `auto` from this table
+  std::string tuning_out;  // psar tune --out: write the measured times as a table
   bool help = false;
 };
 
 constexpr const char* kUsage =
     "usage: psar bench allreduce [--algos a,b,...] [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] "
     "[-n ITERS] [-w WARMUP] [-r ROUNDS] [-c 0|1] [--csv FILE] [--volume-csv FILE] "
-    "[--set sync.segment_bytes=512K]";
+    "[--tuning TABLE] [--set sync.segment_bytes=512K]";
+constexpr const char* kTuneUsage =
+    "usage: psar tune --out TABLE [--algos a,b,...] [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] "
+    "[-n ITERS] [-w WARMUP] [-r ROUNDS] [--set net.bandwidth=...]";
 
 int64_t parse_int(const std::string& flag, const std::string& text, int64_t min) {
   return parse_int_arg("psar bench allreduce", flag, text, min);
@@ -94,6 +108,8 @@ BenchOptions parse(const std::vector<std::string>& args) {
     else if (flag == "-c" || flag == "--check") o.check = parse_int(flag, value, 0) != 0;
     else if (flag == "--csv") o.csv = value;
     else if (flag == "--volume-csv") o.volume_csv = value;
+    else if (flag == "--tuning") o.tuning = value;
+    else if (flag == "--out") o.tuning_out = value;  // psar tune only (checked there)
     else throw ConfigError("psar bench allreduce: unknown option '" + flag + "'\n" + kUsage);
   }
   if (o.min_bytes < 4)
@@ -169,16 +185,29 @@ void print_row(const Row& r) {
 
 std::vector<std::string> bench_allreduce_default_algos() { return allreducer_names(); }
 
-int cmd_bench_allreduce(CliContext& ctx) {
-  const BenchOptions o = parse(ctx.args);
-  if (o.help) {
-    std::printf("%s\n", kUsage);
-    return 0;
-  }
+namespace {
+
+// Rows of `path` (a tuning table) for world sizes other than `ranks`.
+std::string kept_tuning_rows(const std::string& path, int ranks) {
+  std::ifstream in(path);
+  std::string line, kept;
+  if (!in) return kept;
+  std::getline(in, line);
+  while (std::getline(in, line))
+    if (!line.empty() && line.rfind(std::to_string(ranks) + ",", 0) != 0) kept += line + "\n";
+  return kept;
+}
+
+int run_bench(CliContext& ctx, BenchOptions o) {
   const Config config = Config::load_string("{}", config_schema(), ctx.overrides, "--set");
   const AllreduceOptions ao = allreduce_options(config);
   std::vector<std::unique_ptr<Allreducer>> algos;
   for (const auto& name : o.algos) algos.push_back(make_allreducer(name, ao));
+  if (!o.tuning.empty()) {
+    algos.push_back(std::make_unique<TunedAllreducer>(TuningTable::load(o.tuning), ao));
+    o.algos.push_back("auto");
+  }
+  std::string tuning_rows;
 
   Comm& comm = ctx.world();
   apply_network_model(comm, config);  // net.* (off unless net.bandwidth is set)
@@ -225,6 +254,9 @@ int cmd_bench_allreduce(CliContext& ctx) {
       const double t = median(round_times[a]);
       const double algbw = static_cast<double>(count * 4) / t / 1e9;
       const Row row{o.algos[a], count * 4, count, t * 1e6, algbw, algbw * bus_factor, wrong[a]};
+      if (root && !o.tuning_out.empty())
+        tuning_rows += concat(n, ",", row.algo, ",", row.bytes, ",", CsvWriter::num(row.time_us),
+                              "\n");
       if (root) {
         print_row(row);
         csv.row({row.algo, CsvWriter::num(row.bytes), CsvWriter::num(row.count),
@@ -248,6 +280,9 @@ int cmd_bench_allreduce(CliContext& ctx) {
     if (size > o.max_bytes / o.factor) break;  // the next size would overflow or pass -e
   }
   if (root) {
+    if (!o.tuning_out.empty())
+      write_file_atomic(o.tuning_out, "ranks,algo,bytes,time_us\n" +
+                                          kept_tuning_rows(o.tuning_out, n) + tuning_rows);
     if (!o.csv.empty()) csv.write(o.csv);
     if (!o.volume_csv.empty()) volume.write(o.volume_csv);
     if (o.check)
@@ -255,6 +290,35 @@ int cmd_bench_allreduce(CliContext& ctx) {
                   wrong_total == 0 ? "OK" : "FAILED");
   }
   return wrong_total == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int cmd_bench_allreduce(CliContext& ctx) {
+  const BenchOptions o = parse(ctx.args);
+  if (o.help) {
+    std::printf("%s\n", kUsage);
+    return 0;
+  }
+  if (!o.tuning_out.empty())
+    throw ConfigError("psar bench allreduce: unknown option '--out' (psar tune writes tables)\n" +
+                      std::string(kUsage));
+  return run_bench(ctx, o);
+}
+
+int cmd_tune(CliContext& ctx) {
+  BenchOptions o = parse(ctx.args);
+  if (o.help) {
+    std::printf("%s\n", kTuneUsage);
+    return 0;
+  }
+  if (o.tuning_out.empty()) throw ConfigError("psar tune: --out TABLE is required\n" +
+                                              std::string(kTuneUsage));
+  if (!o.tuning.empty()) throw ConfigError("psar tune: --tuning reads a table; tune writes one");
+  for (const auto& name : o.algos)
+    if (find_allreducer(name).device)
+      throw ConfigError("psar tune: '" + name + "' runs on a GPU; tune host algorithms");
+  return run_bench(ctx, o);
 }
 
 }  // namespace psar

@@ -72,6 +72,7 @@ Schema build() {
   s.add({"sync.backend", T::kString, "mpi", "gradient synchronization backend (--sync)", {}, &sync_names});
   s.add({"sync.segment_bytes", T::kBytes, "512K", "pipelining segment of ring/tree"});
   s.add({"sync.timeout", T::kDuration, "60s", "deadline of every communication wait"});
+  s.add({"sync.tuning", T::kString, "", "sync.backend auto: the tuning table psar tune wrote (CSV ranks,algo,bytes,time_us)"});
   s.add({"sync.overlap", T::kBool, "false", "sync gradient buckets on a communication thread while the backward runs (false: one sync after the backward)"});
   s.add({"sync.bucket_bytes", T::kBytes, "1M", "overlap: gradients are synced in buckets of this size (a bucket splits a tensor only when the tensor alone is larger)"});
   s.add({"sync.priority", T::kString, "fifo", "overlap: order of the buckets on the wire (front_first: earlier layers first, in chunks of sync.priority_chunk_bytes)", {"fifo", "front_first"}});

@@ -14,10 +14,15 @@ int ps_server_ranks(const Config& c) {
   return c.get_bool("ps.colocated") ? 0 : static_cast<int>(c.get_int("ps.servers"));
 }
 
+int no_server_ranks(const Config&) { return 0; }
+
 // Backends beyond the allreduce algorithms; one line each.
 constexpr SyncEntry kBackends[] = {
     {"ps", &make_ps_sync, "ZeroMQ sharded parameter server (ps.servers, ps.consistency, ...)",
      &ps_server_ranks, /*model_parallel=*/false},
+    {"auto", &make_tuned_sync,
+     "per message size, the allreduce the tuning table (sync.tuning, psar tune) predicts fastest",
+     &no_server_ranks, /*model_parallel=*/true},
 };
 
 std::span<const SyncEntry> entries() { return kBackends; }

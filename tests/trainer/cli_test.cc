@@ -117,6 +117,21 @@ TEST_F(Cli, MissingConfigFileIsNamed) {
   EXPECT_THAT(o.output, HasSubstr("cannot open config file '/nonexistent/exp.yaml'"));
 }
 
+TEST_F(Cli, AutoWithoutATuningTableSaysWhatToSet) {
+  const Outcome o = train(kGood, "--sync auto");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("sync.backend auto needs a tuning table: set sync.tuning"));
+  const Outcome missing = train(kGood, "--sync auto --set sync.tuning=/nonexistent/t.csv");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_THAT(missing.output, HasSubstr("cannot open the tuning table '/nonexistent/t.csv'"));
+}
+
+TEST_F(Cli, TuneNeedsItsOutputTable) {
+  const Outcome o = run(std::string(PSAR_BIN) + " tune -b 4K -e 8K");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("psar tune: --out TABLE is required"));
+}
+
 TEST_F(Cli, UnknownSyncBackendListsTheChoices) {
   const Outcome o = train(kGood, "--sync rnig");
   EXPECT_EQ(o.code, 2);

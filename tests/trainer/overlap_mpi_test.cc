@@ -2,11 +2,13 @@
 // MPI_THREAD_MULTIPLE (the communication thread calls MPI beside the main
 // thread): ring and Open MPI's own allreduce, both priorities — the
 // parameters after 20 steps equal the non-overlapped run within 1e-6
-// relative and are bitwise identical on every rank.
+// relative and are bitwise identical on every rank; and --sync auto (a tuning
+// table's choice per bucket) trains like mpi.
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 
 #include "comm/mpi_comm.h"
 #include "core/ops.h"
@@ -58,6 +60,28 @@ INSTANTIATE_TEST_SUITE_P(Backends, MpiOverlap,
                          [](const auto& info) {
                            return info.param.backend + "_" + info.param.priority;
                          });
+
+// --sync auto: a tuning table that makes it pick tree for small buckets and
+// mpi for large ones trains like mpi (within 1e-5), overlapped or not.
+TEST(MpiAuto, TrainingWithAutoEqualsMpi) {
+  const std::string table = ::testing::TempDir() + "/psar_auto_tuning.csv";
+  if (world().rank() == 0) {
+    std::ofstream out(table);
+    out << "ranks,algo,bytes,time_us\n";
+    for (long n : {1024L, 4096L, 65536L, 1048576L}) {
+      out << world().size() << ",tree," << n << "," << 1.0 + 4e-3 * static_cast<double>(n) << "\n";
+      out << world().size() << ",mpi," << n << "," << 10.0 + 1e-3 * static_cast<double>(n) << "\n";
+    }
+  }
+  world().barrier();
+  const TrainResult mpi = train(world(), mlp({"sync.backend=mpi"}));
+  for (const char* overlap : {"false", "true"}) {
+    const TrainResult autotuned =
+        train(world(), mlp({"sync.backend=auto", "sync.tuning=" + table,
+                            std::string("sync.overlap=") + overlap, "sync.bucket_bytes=4K"}));
+    EXPECT_LE(testing::relative_difference(mpi.params, autotuned.params), 1e-5) << overlap;
+  }
+}
 
 }  // namespace
 }  // namespace psar

@@ -4,6 +4,7 @@ gathers the run directories under results/<experiment>/.
 
     experiments/run.py experiments/quickstart.yaml [--set key=value ...]
                        [--results DIR] [--dry-run] [--np N]
+                       [--cluster [--per-host K] [--cluster-name NAME]]
 
 The experiment YAML is an ordinary psar config. Two keys are the harness's
 (checked on load, psar_exp.report):
@@ -14,7 +15,9 @@ Each point runs as
   mpirun --allow-run-as-root --oversubscribe -np N psar train EXP.yaml \
          --out results/<name>/<point> --set key=value ...
 and results/<name>/summary.csv collects every point's summary row with the
-swept values in front.
+swept values in front. With --cluster every point runs on the virtual
+cluster instead (scripts/cluster.sh up first; docs/network.md), through
+`scripts/cluster.sh mpirun -np N [--per-host K] -- psar train ...`.
 """
 
 import argparse
@@ -34,6 +37,10 @@ def main():
     ap.add_argument("--results", default=os.path.join(ROOT, "results"))
     ap.add_argument("--np", type=int, help="world size for every point (overrides experiment.ranks)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
+    ap.add_argument("--cluster", action="store_true",
+                    help="run every point on the virtual cluster (scripts/cluster.sh)")
+    ap.add_argument("--per-host", type=int, help="with --cluster: ranks per host")
+    ap.add_argument("--cluster-name", help="with --cluster: the cluster's --name")
     args = ap.parse_args()
 
     exp = report.load(args.experiment, "train")
@@ -42,11 +49,14 @@ def main():
     out_root = os.path.join(args.results, name)
     os.makedirs(out_root, exist_ok=True)
     binary = "psar" if args.dry_run else runner.psar_binary()
+    if (args.per_host or args.cluster_name) and not args.cluster:
+        raise runner.RunError("--per-host and --cluster-name go with --cluster")
+    cluster = {"per_host": args.per_host, "name": args.cluster_name} if args.cluster else None
 
     rows = []
     for i, point in enumerate(points, 1):
         out = os.path.join(out_root, point.name)
-        cmd = runner.train_command(binary, args.experiment, out, point)
+        cmd = runner.train_command(binary, args.experiment, out, point, cluster=cluster)
         print(f"[{i}/{len(points)}] {point.name}: {' '.join(cmd)}", flush=True)
         if args.dry_run:
             continue

@@ -104,9 +104,25 @@ def points(exp, base_ranks=None, extra_sets=()):
     return out
 
 
-def train_command(binary, exp_path, out, point, extra=()):
-    """mpirun ... psar train EXP --out OUT [extra] --set k=v ..."""
-    cmd = mpirun_prefix(point.ranks) + [binary, "train", exp_path, "--out", out, *extra]
+def cluster_prefix(ranks, per_host=None, name=None):
+    """scripts/cluster.sh mpirun on the virtual cluster (docs/network.md): the
+    hostfile, the rsh agent into the hosts' namespaces and the MCA settings
+    are the script's; `per_host` ranks on each host (default: as the script)."""
+    cmd = [os.path.join(ROOT, "scripts", "cluster.sh")]
+    if name:
+        cmd += ["--name", name]
+    cmd += ["mpirun", "-np", str(ranks)]
+    if per_host:
+        cmd += ["--per-host", str(per_host)]
+    return cmd + ["--"]
+
+
+def train_command(binary, exp_path, out, point, extra=(), cluster=None):
+    """mpirun ... psar train EXP --out OUT [extra] --set k=v ...; on the
+    virtual cluster when `cluster` is given ({"per_host": K, "name": N})."""
+    prefix = (cluster_prefix(point.ranks, cluster.get("per_host"), cluster.get("name"))
+              if cluster is not None else mpirun_prefix(point.ranks))
+    cmd = prefix + [binary, "train", exp_path, "--out", out, *extra]
     for s in point.sets:
         cmd += ["--set", s]
     return cmd

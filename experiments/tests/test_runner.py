@@ -62,3 +62,15 @@ def test_train_commands_run_under_mpirun_with_this_machines_flags(monkeypatch):
     cmd = runner.train_command("psar", "e.yaml", "out/x", p, ["--quiet"])
     assert cmd == ["/usr/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3",
                    "psar", "train", "e.yaml", "--out", "out/x", "--quiet", "--set", "a.b=1"]
+
+
+def test_on_the_cluster_train_commands_go_through_cluster_sh():
+    exp = {"experiment": {"ranks": 4, "sweep": {"sync.backend": ["ring"]}}}
+    [point] = runner.points(exp)
+    cmd = runner.train_command("psar", "e.yaml", "out", point, cluster={"per_host": 2, "name": "psar-t"})
+    assert cmd[0].endswith("scripts/cluster.sh")
+    assert cmd[1:cmd.index("--")] == ["--name", "psar-t", "mpirun", "-np", "4", "--per-host", "2"]
+    assert cmd[cmd.index("--") + 1:cmd.index("--") + 3] == ["psar", "train"]
+    assert "sync.backend=ring" in cmd
+    plain = runner.train_command("psar", "e.yaml", "out", point)
+    assert "--allow-run-as-root" in plain and "cluster.sh" not in " ".join(plain)

@@ -45,6 +45,7 @@ struct ClientOptions {
   int64_t chunk_floats = 0;          // the servers' chunk size (0: one chunk per shard)
   std::vector<ShardAddress> shards;  // in key order; together they tile [0, M)
   std::shared_ptr<Nic> nic;          // emulated NIC of this worker's rank; null = none
+  int64_t first_clock = 0;           // a resumed job: the steps already taken
 };
 
 class Client {

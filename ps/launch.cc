@@ -79,6 +79,9 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
         so.timeout_s = options.timeout_s;
         so.bind = options.interface;
         so.nic = world.network();
+        so.checkpoint_every = options.checkpoint_every;
+        so.on_checkpoint = options.on_checkpoint;
+        if (options.resume_shard) so.resume = options.resume_shard(me.shard);
         me.server =
             std::make_unique<Server>(so, initial.subspan(static_cast<size_t>(so.range.begin),
                                                          static_cast<size_t>(so.range.size())));
@@ -106,6 +109,7 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
     co.shards = me.shards;
     co.chunk_floats = chunk_floats_for(options.chunk_bytes);
     co.nic = world.network();
+    co.first_clock = options.first_clock;
     me.client = std::make_unique<Client>(co);
   }
   return me;

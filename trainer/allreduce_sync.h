@@ -14,6 +14,7 @@ class AllreduceSync final : public GradientSync {
   std::string name() const override { return algorithm_->name(); }
   void step(std::span<float> params, std::span<float> grads) override;
   CommCounters counters() const override { return comm_.counters(); }
+  Optimizer* optimizer() override { return optimizer_.get(); }
 
  private:
   Comm& comm_;

@@ -43,6 +43,7 @@ def main():
     os.makedirs(out_root, exist_ok=True)
     binary = "psar" if args.dry_run else runner.psar_binary()
 
+    before = runner.machine_state()
     rows = []
     for i, point in enumerate(points, 1):
         out = os.path.join(out_root, point.name)
@@ -61,6 +62,7 @@ def main():
 
     if rows:
         write_csv(os.path.join(out_root, "summary.csv"), rows)
+        runner.record_provenance(out_root, before)
         print(f"run.py: {len(rows)} run(s) -> {out_root}/summary.csv")
 
 

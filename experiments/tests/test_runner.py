@@ -62,3 +62,33 @@ def test_train_commands_run_under_mpirun_with_this_machines_flags(monkeypatch):
     cmd = runner.train_command("psar", "e.yaml", "out/x", p, ["--quiet"])
     assert cmd == ["/usr/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3",
                    "psar", "train", "e.yaml", "--out", "out/x", "--quiet", "--set", "a.b=1"]
+
+
+def test_cpu_times_read_steal_where_the_kernel_reports_it(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 5 50 800 10 0 5 30 7 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+    assert runner.cpu_times(str(stat)) == (30, 1000)
+    stat.write_text("cpu  100 5 50 800\n")  # an old kernel: no steal column
+    assert runner.cpu_times(str(stat)) is None
+    assert runner.cpu_times(str(tmp_path / "absent")) is None
+    assert runner.steal_share((30, 1000), (80, 2000)) == 0.05
+    assert runner.steal_share(None, (80, 2000)) is None
+
+
+def test_provenance_names_the_commit_load_and_steal_and_replaces_its_own_section(tmp_path):
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    (folder / "README.md").write_text("# exp\n\nHand-written text.\n")
+    before = {"load": 1.5, "cpu": (0, 1)}
+    runner.record_provenance(str(folder), before)
+    runner.record_provenance(str(folder), before)  # a second run replaces, never appends
+    text = (folder / "README.md").read_text()
+    assert text.startswith("# exp\n\nHand-written text.\n")
+    assert text.count("## Produced by") == 1
+    assert "Commit " in text and "1-minute load average 1.50 before" in text
+    if runner.cpu_times():
+        assert "steal time" in text
+    fresh = tmp_path / "new"
+    fresh.mkdir()
+    runner.record_provenance(str(fresh))
+    assert (fresh / "README.md").read_text().startswith("# new\n\n")

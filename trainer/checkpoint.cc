@@ -164,7 +164,11 @@ CheckpointFile CheckpointFile::decode(const std::string& bytes, const std::strin
   return f;
 }
 
-void CheckpointFile::write(const std::string& path) const { write_file_atomic(path, encode()); }
+size_t CheckpointFile::write(const std::string& path) const {
+  const std::string bytes = encode();
+  write_file_atomic(path, bytes);
+  return bytes.size();
+}
 
 CheckpointFile CheckpointFile::read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -53,7 +53,7 @@ class CheckpointFile {
   std::string encode() const;
   // DataError naming `origin` for a truncated, corrupt or foreign file.
   static CheckpointFile decode(const std::string& bytes, const std::string& origin);
-  void write(const std::string& path) const;  // atomically, fsynced
+  size_t write(const std::string& path) const;  // atomically, fsynced; returns the bytes
   static CheckpointFile read(const std::string& path);
 
  private:

@@ -1,9 +1,10 @@
 #pragma once
-// What the training loop (trainer.cc) uses beside the model: the optimizer options and the
-// step plan read from the config, the epoch shuffle (the same on every rank,
-// which is what makes a parallel run equal the serial one), the progress
-// line, and the run files of docs/outputs.md (config.yaml, steps.csv,
-// eval.csv, summary.csv, trace.json).
+// What the training loop (trainer.cc) uses beside the model: the optimizer
+// options and the step plan read from the config, the epoch shuffle (the same
+// on every rank, which is what makes a parallel run equal the serial one), the
+// progress line, and the run files of docs/outputs.md written at the start
+// and the end (config.yaml, summary.csv, trace.json; the per-step files
+// stream through step_log.h).
 
 #include <cstdint>
 #include <functional>

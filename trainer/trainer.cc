@@ -353,15 +353,16 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     make_dirs(dir);
     const CheckpointFile mine =
         rank_checkpoint(workers.rank(), grid->coord(), done, plan, seed, store, sync, *model);
-    mine.write(rank_checkpoint_path(dir, workers.rank()));
-    const double bytes = workers.allreduce_sum(static_cast<double>(store.size()) * sizeof(float));
-    workers.barrier();
+    const auto written = static_cast<double>(mine.write(rank_checkpoint_path(dir, workers.rank())));
+    // The sum doubles as the barrier: every worker's file is in place after it.
+    const double bytes = workers.allreduce_sum(written);
     if (lead) {
       make_manifest(done, config, job).write(manifest_path(dir));
       prune_checkpoints(options.out_dir, 2);
       if (options.verbose)
-        std::printf("checkpoint step %ld: %.3f MB of worker parameters in %.3f s -> %s\n",
-                    static_cast<long>(done), bytes / 1e6, clock.seconds(), dir.c_str());
+        std::printf("checkpoint step %ld: %d worker files, %.3f MB, in %.3f s -> %s\n",
+                    static_cast<long>(done), workers.size(), bytes / 1e6, clock.seconds(),
+                    dir.c_str());
     }
   };
   for (; step < plan.total_steps; ++step) {

@@ -128,9 +128,11 @@ int64_t find_resume_step(Comm& world, const Config& config, const TrainOptions& 
                       options.out_dir + "/checkpoints (set train.checkpoint_every to write them)");
   const std::string dir = checkpoint_dir(options.out_dir, step);
   check_resumable(CheckpointFile::read(manifest_path(dir)), config, job, dir);
-  if (step > job.total_steps)
+  if (step >= job.total_steps)
     throw ConfigError("--resume: the checkpoint " + dir + " is at step " + std::to_string(step) +
-                      ", past this run's " + std::to_string(job.total_steps) + " steps");
+                      " and this run has " + std::to_string(job.total_steps) +
+                      " steps: nothing is left to run (raise train.steps or train.epochs to "
+                      "continue it)");
   return step;
 }
 

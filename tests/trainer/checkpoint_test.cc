@@ -180,10 +180,18 @@ TEST_F(Checkpoints, AnotherJobsCheckpointIsRefusedNamingWhatDiffers) {
   }
 }
 
-TEST_F(Checkpoints, ARunWithoutCheckpointsCannotBeResumed) {
+TEST_F(Checkpoints, ARunWithoutCheckpointsOrWithNothingLeftCannotBeResumed) {
   const Config cfg = with(testing::small_mlp_config("ring"), {"train.steps=2"});
   train_in(1, cfg, dir_ / "run", false);
   EXPECT_THROW(train_in(1, cfg, dir_ / "run", true), ConfigError);
+  const Config done = with(cfg, {"train.checkpoint_every=2"});
+  train_in(1, done, dir_ / "done", false);
+  try {
+    train_in(1, done, dir_ / "done", true);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("nothing is left to run"));
+  }
 }
 
 TEST_F(Checkpoints, AResumedStepLogKeepsTheRowsUpToTheCheckpointAndDropsACutLine) {

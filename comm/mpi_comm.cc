@@ -173,6 +173,9 @@ MpiComm::~MpiComm() {
 }
 
 std::unique_ptr<Comm> MpiComm::split(int color, int key) {
+  // MPI_Comm_split has no deadline: the ranks first meet at a barrier that
+  // has one, so a rank that never comes is named instead of hanging the job.
+  barrier();
   MPI_Comm sub = MPI_COMM_NULL;
   PSAR_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
   auto c = std::make_unique<MpiComm>(sub);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 
 #include "allreduce/allreducer.h"
 #include "comm/netem.h"
@@ -115,8 +114,8 @@ int64_t dp_floats_formula(const Model& model, const ParamStore& store, int t) {
 }
 
 // The checkpoint --resume continues from: the latest complete one in
-// run_dir (as worker... world rank 0 sees it, so every rank reads the same),
-// checked against this job. -1 for a new run.
+// out_dir as world rank 0 sees it (broadcast, so every rank reads the same
+// one), checked against this job on every rank. -1 for a new run.
 int64_t find_resume_step(Comm& world, const Config& config, const TrainOptions& options,
                          const JobIdentity& job) {
   if (!options.resume) return -1;

@@ -92,3 +92,13 @@ def test_provenance_names_the_commit_load_and_steal_and_replaces_its_own_section
     fresh.mkdir()
     runner.record_provenance(str(fresh))
     assert (fresh / "README.md").read_text().startswith("# new\n\n")
+
+
+def test_read_csv_drops_a_last_line_cut_by_a_kill_and_nothing_else(tmp_path):
+    from psar_exp.io import read_csv
+    cut = tmp_path / "steps.csv"
+    cut.write_text("rank,step,loss\n0,1,0.5\n0,2,0.4\n0,3")
+    assert [r["step"] for r in read_csv(str(cut))] == ["1", "2"]
+    whole = tmp_path / "whole.csv"
+    whole.write_text("rank,step,loss\n0,1,0.5\n0,2,0.4")  # no final newline, but complete
+    assert [r["step"] for r in read_csv(str(whole))] == ["1", "2"]

@@ -4,9 +4,12 @@
 // stream; the copies are part of what is measured, as they would be for a
 // CPU-resident model. The NCCL communicator is built once per psar Comm:
 // rank 0 creates the unique id and the Comm's control plane broadcasts it
-// (never hard-coded). Every wait polls both the stream and NCCL's async
-// error against the Comm's deadline; on expiry the NCCL communicator is
-// aborted and a TimeoutError names the operation.
+// (never hard-coded). Every wait has the Comm's deadline (sync.timeout): the
+// communicator is created non-blocking (ncclConfig_t::blocking = 0) and its
+// set-up polled with ncclCommGetAsyncError until it leaves ncclInProgress;
+// each all-reduce polls both the stream and NCCL's async error. On expiry the
+// NCCL communicator is aborted (ncclCommAbort) and a TimeoutError names the
+// operation; the allreducer refuses further calls, and the error ends the job.
 //
 // Built only when CMake finds CUDA and NCCL (see the top-level CMakeLists);
 // otherwise nccl_unavailable.cc provides the factory.
@@ -65,6 +68,11 @@ class NcclAllreducer final : public Allreducer {
 
   void allreduce(Comm& comm, std::span<float> data) override {
     Comm::OpScope op(comm, "nccl allreduce");
+    if (broken_)
+      throw CommError(
+          "nccl allreduce: the NCCL communicator was aborted after an earlier "
+          "failure on rank " +
+          std::to_string(comm.rank()));
     plan(comm);
     if (data.empty() || comm.size() == 1) return;
     const size_t bytes = data.size_bytes();
@@ -75,7 +83,11 @@ class NcclAllreducer final : public Allreducer {
       capacity_ = bytes;
     }
     PSAR_CUDA_CHECK(cudaMemcpyAsync(buffer_, data.data(), bytes, cudaMemcpyHostToDevice, stream_));
-    PSAR_NCCL_CHECK(ncclAllReduce(buffer_, buffer_, data.size(), ncclFloat, ncclSum, nccl_, stream_));
+    // A non-blocking communicator may answer ncclInProgress: enqueued, and wait() polls it.
+    const ncclResult_t posted =
+        ncclAllReduce(buffer_, buffer_, data.size(), ncclFloat, ncclSum, nccl_, stream_);
+    if (posted != ncclSuccess && posted != ncclInProgress)
+      throw CommError(comm.operation() + ": ncclAllReduce: " + ncclGetErrorString(posted));
     PSAR_CUDA_CHECK(cudaMemcpyAsync(data.data(), buffer_, bytes, cudaMemcpyDeviceToHost, stream_));
     wait(comm);
   }
@@ -90,8 +102,39 @@ class NcclAllreducer final : public Allreducer {
     ncclUniqueId id;
     if (comm.rank() == 0) PSAR_NCCL_CHECK(ncclGetUniqueId(&id));
     comm.broadcast_bytes(std::as_writable_bytes(std::span<ncclUniqueId>(&id, 1)), 0);
-    PSAR_NCCL_CHECK(ncclCommInitRank(&nccl_, comm.size(), id, comm.rank()));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // returns at once; the set-up is polled below, with a deadline
+    const ncclResult_t started =
+        ncclCommInitRankConfig(&nccl_, comm.size(), id, comm.rank(), &config);
+    if (started != ncclSuccess && started != ncclInProgress)
+      throw CommError(comm.operation() +
+                      ": ncclCommInitRankConfig: " + ncclGetErrorString(started));
+    const double deadline = now_seconds() + comm.timeout();
+    for (;;) {
+      ncclResult_t state = ncclInProgress;
+      PSAR_NCCL_CHECK(ncclCommGetAsyncError(nccl_, &state));
+      if (state == ncclSuccess) break;
+      if (state != ncclInProgress) {
+        abort_communicator();
+        throw CommError(comm.operation() +
+                        ": NCCL communicator set-up failed: " + ncclGetErrorString(state));
+      }
+      if (now_seconds() > deadline) {
+        abort_communicator();
+        throw TimeoutError(comm.operation() +
+                           ": NCCL communicator set-up (ncclCommInitRankConfig, " +
+                           std::to_string(comm.size()) + " ranks) did not finish within " +
+                           std::to_string(comm.timeout()) + " s (a peer is gone or stuck)");
+      }
+      sched_yield();
+    }
     planned_for_ = &comm;
+  }
+
+  void abort_communicator() {
+    if (nccl_) ncclCommAbort(nccl_);
+    nccl_ = nullptr;
+    broken_ = true;
   }
 
   void wait(Comm& comm) {
@@ -102,11 +145,12 @@ class NcclAllreducer final : public Allreducer {
       if (q != cudaErrorNotReady) PSAR_CUDA_CHECK(q);
       ncclResult_t async = ncclSuccess;
       PSAR_NCCL_CHECK(ncclCommGetAsyncError(nccl_, &async));
-      if (async != ncclSuccess)
+      if (async != ncclSuccess && async != ncclInProgress) {
+        abort_communicator();
         throw CommError(comm.operation() + ": NCCL reported: " + ncclGetErrorString(async));
+      }
       if (now_seconds() > deadline) {
-        ncclCommAbort(nccl_);
-        nccl_ = nullptr;
+        abort_communicator();
         throw TimeoutError(comm.operation() + ": ncclAllReduce did not finish within " +
                            std::to_string(comm.timeout()) + " s (a peer is gone or stuck)");
       }
@@ -119,6 +163,7 @@ class NcclAllreducer final : public Allreducer {
   cudaStream_t stream_ = nullptr;
   void* buffer_ = nullptr;
   size_t capacity_ = 0;
+  bool broken_ = false;  // the communicator was aborted: no further calls
 };
 
 }  // namespace

@@ -20,6 +20,8 @@ std::string mpi_error_string(int rc) {
   return std::string(buf, static_cast<size_t>(len));
 }
 
+}  // namespace
+
 // Whether a wait should give the core away between polls. The same policy as
 // the MPI library's own blocking calls, so that custom collectives and
 // MPI_Allreduce wait alike: Open MPI yields only when mpirun found the node
@@ -36,6 +38,8 @@ bool yield_when_idle() {
   }();
   return yield;
 }
+
+namespace {
 
 int checked_count(size_t bytes) {
   if (bytes > static_cast<size_t>(INT_MAX))
@@ -175,6 +179,9 @@ MpiComm::~MpiComm() {
 }
 
 std::unique_ptr<Comm> MpiComm::split(int color, int key) {
+  // MPI_Comm_split has no deadline: the ranks first meet at a barrier that
+  // has one, so a rank that never comes is named instead of hanging the job.
+  barrier();
   MPI_Comm sub = MPI_COMM_NULL;
   PSAR_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
   auto c = std::make_unique<MpiComm>(sub);

@@ -49,6 +49,10 @@ class MpiComm final : public Comm {
   MPI_Comm stamps_ = MPI_COMM_NULL;
 };
 
+// Whether a polling wait should yield the core between tests: ranks may
+// outnumber cores (mpirun --oversubscribe, or more local ranks than cores).
+bool yield_when_idle();
+
 // Throws CommError with MPI's error string if rc is not MPI_SUCCESS.
 void mpi_check(int rc, const char* what, const char* file, int line);
 

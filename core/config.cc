@@ -374,4 +374,20 @@ std::string Config::dump() const {
   return std::string(e.c_str()) + "\n";
 }
 
+std::map<std::string, std::string> Config::flat() const {
+  std::map<std::string, std::string> out;
+  if (!schema_) return out;
+  for (const auto& [key, spec] : schema_->keys()) {
+    const YAML::Node n = lookup(key);
+    if (!n || n.IsNull()) {
+      out[key] = "~";
+      continue;
+    }
+    YAML::Emitter e;
+    e << YAML::Flow << n;
+    out[key] = e.c_str();
+  }
+  return out;
+}
+
 }  // namespace psar

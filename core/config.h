@@ -81,6 +81,10 @@ class Config {
   void set(const std::string& assignment);
   // The resolved configuration (defaults filled in) as YAML text.
   std::string dump() const;
+  // Every key of the schema → its resolved value as one line of YAML ("~"
+  // when unset): what two configurations are compared by (start-up
+  // agreement, checkpoints).
+  std::map<std::string, std::string> flat() const;
   const std::string& origin() const { return origin_; }
 
  private:

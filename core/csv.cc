@@ -1,33 +1,90 @@
 #include "core/csv.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "core/errors.h"
 
 namespace psar {
 
-AtomicFile::AtomicFile(std::string path)
-    : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
-  out_.open(tmp_, std::ios::binary | std::ios::trunc);
-  if (!out_) throw Error("cannot write '" + tmp_ + "'");
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+// The directory holding `path` ("." for a bare name).
+std::string parent_of(const std::string& path) {
+  const auto p = std::filesystem::path(path).parent_path();
+  return p.empty() ? "." : p.string();
 }
 
-AtomicFile::~AtomicFile() {
-  if (!committed_) {
-    out_.close();
-    std::remove(tmp_.c_str());
+// Writes all of `content` to `fd`; false (errno set) on failure.
+bool write_all(int fd, const std::string& content) {
+  const char* p = content.data();
+  size_t left = content.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
   }
+  return true;
 }
+
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // best effort: the file itself is already durable
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// Closes the descriptor on every path out.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {}
 
 void AtomicFile::commit() {
-  out_.flush();
-  if (!out_) throw Error("error writing '" + tmp_ + "'");
-  out_.close();
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
-    throw Error("cannot rename '" + tmp_ + "' to '" + path_ + "'");
+  PSAR_CHECK(!committed_, "AtomicFile '", path_, "' committed twice");
+  const std::string content = out_.str();
+  const std::string dir = parent_of(path_);
+  const std::string tmp = path_ + ".tmp." + std::to_string(::getpid());
+  // An unnamed file first: until it is linked, a crash leaves nothing behind.
+  Fd f{::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644)};
+  const bool unnamed = f.fd >= 0;
+  if (!unnamed) f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f.fd < 0) throw Error("cannot write '" + path_ + "': " + errno_text());
+  if (!write_all(f.fd, content) || ::fsync(f.fd) != 0) {
+    const std::string why = errno_text();
+    if (!unnamed) std::remove(tmp.c_str());
+    throw Error("error writing '" + path_ + "': " + why);
+  }
+  if (unnamed) {
+    // linkat cannot replace an existing name: link beside it, then rename over.
+    const std::string self = "/proc/self/fd/" + std::to_string(f.fd);
+    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) != 0)
+      throw Error("cannot link '" + tmp + "': " + errno_text());
+  }
+  if (std::rename(tmp.c_str(), path_.c_str()) != 0) {
+    const std::string why = errno_text();
+    std::remove(tmp.c_str());
+    throw Error("cannot rename '" + tmp + "' to '" + path_ + "': " + why);
+  }
+  fsync_dir(dir);
   committed_ = true;
 }
 
@@ -37,7 +94,23 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   f.commit();
 }
 
-CsvWriter::CsvWriter(std::vector<std::string> header) : columns_(header.size()) { row(header); }
+void append_file_durable(const std::string& path, const std::string& content) {
+  Fd f{::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)};
+  if (f.fd < 0) throw Error("cannot append to '" + path + "': " + errno_text());
+  if (!write_all(f.fd, content) || ::fdatasync(f.fd) != 0)
+    throw Error("error appending to '" + path + "': " + errno_text());
+}
+
+CsvWriter::CsvWriter(std::vector<std::string> header) : columns_(header.size()) {
+  row(header);
+  header_end_ = taken_ = text_.size();
+}
+
+std::string CsvWriter::take_new_rows() {
+  std::string rows = text_.substr(taken_);
+  taken_ = text_.size();
+  return rows;
+}
 
 void CsvWriter::row(const std::vector<std::string>& fields) {
   PSAR_CHECK(fields.size() == columns_, "CSV row has ", fields.size(), " fields, header has ",
@@ -68,7 +141,8 @@ std::string CsvWriter::num(double v) {
 void make_dirs(const std::string& path) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
-  if (ec) throw Error("cannot create directory '" + path + "': " + ec.message());
+  if (ec && !std::filesystem::is_directory(path))
+    throw Error("cannot create directory '" + path + "': " + ec.message());
 }
 
 }  // namespace psar

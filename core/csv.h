@@ -1,9 +1,14 @@
 #pragma once
-// Output files that are either complete or absent: AtomicFile writes to a
-// temporary name beside the target and renames on commit(), so a crash never
-// leaves a half-written CSV. CsvWriter formats rows for it.
+// Output files that are either complete or absent, and durable once written.
+// AtomicFile collects the content in memory; commit() writes it to an
+// unnamed file in the target's directory (O_TMPFILE: a process killed while
+// writing leaves no name behind; a named "*.tmp.<pid>" where the file system
+// has no O_TMPFILE), fsyncs it, gives it the target's name in one rename and
+// fsyncs the directory. append_file_durable() is for files that grow while a
+// run goes on (steps.csv): whole blocks of lines, each fsynced.
+// CsvWriter formats rows for both.
 
-#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -12,23 +17,27 @@ namespace psar {
 class AtomicFile {
  public:
   explicit AtomicFile(std::string path);
-  ~AtomicFile();  // removes the temporary if commit() was never reached
+  ~AtomicFile() = default;  // without commit() nothing was written
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   std::ostream& stream() { return out_; }
-  // Flushes, closes and renames into place. Throws Error on I/O failure.
+  // Writes, fsyncs and renames into place. Throws Error on I/O failure.
   void commit();
   const std::string& path() const { return path_; }
 
  private:
-  std::string path_, tmp_;
-  std::ofstream out_;
+  std::string path_;
+  std::ostringstream out_;
   bool committed_ = false;
 };
 
-// Writes `content` to `path` atomically.
+// Writes `content` to `path` atomically and durably.
 void write_file_atomic(const std::string& path, const std::string& content);
+// Appends `content` to `path` (created if absent) with one write and fsyncs
+// it. A process killed inside the write may leave a last line without its
+// newline; readers drop such a line (docs/outputs.md).
+void append_file_durable(const std::string& path, const std::string& content);
 
 class CsvWriter {
  public:
@@ -37,6 +46,10 @@ class CsvWriter {
   void row(const std::vector<std::string>& fields);
   const std::string& text() const { return text_; }
   void write(const std::string& path) const { write_file_atomic(path, text_); }
+  // The header line alone, and the rows added since the last call (for a
+  // file appended to as a run goes on).
+  std::string header() const { return text_.substr(0, header_end_); }
+  std::string take_new_rows();
 
   // Number formatting used by every CSV psar writes.
   static std::string num(double v);
@@ -46,6 +59,8 @@ class CsvWriter {
  private:
   size_t columns_;
   std::string text_;
+  size_t header_end_ = 0;
+  size_t taken_ = 0;
 };
 
 // Creates a directory and its parents; throws Error naming it on failure.

@@ -51,6 +51,10 @@ class Sgd final : public Optimizer {
     }
     ++steps_;
   }
+  std::vector<std::span<float>> state() override {
+    if (velocity_.empty()) return {};
+    return {velocity_};
+  }
 
  private:
   std::vector<float> velocity_;
@@ -91,6 +95,7 @@ class Adam final : public Optimizer {
     adam_kernel(p.data(), g.data(), m_.data(), v_.data(), static_cast<int64_t>(p.size()), lr, b1,
                 b2, 1.0f / c1, 1.0f / c2, options_.eps, options_.weight_decay);
   }
+  std::vector<std::span<float>> state() override { return {m_, v_}; }
 
  private:
   std::vector<float> m_, v_;

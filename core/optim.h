@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace psar {
 
@@ -35,6 +36,13 @@ class Optimizer {
   // params -= update(grads); both spans cover the `size` floats given at creation.
   virtual void step(std::span<float> params, std::span<const float> grads) = 0;
   int64_t steps() const { return steps_; }
+
+  // What a checkpoint saves and restores: the step count (it sets the
+  // learning-rate schedule and Adam's bias correction) and the per-element
+  // state buffers, each as long as the parameters (SGD with momentum: the
+  // velocity; Adam: m, then v; plain SGD: none).
+  virtual std::vector<std::span<float>> state() = 0;
+  void set_steps(int64_t steps) { steps_ = steps; }
 
  protected:
   explicit Optimizer(const OptimizerOptions& options) : options_(options) {}

@@ -19,7 +19,8 @@ import statistics
 
 from psar_exp import ROOT
 from psar_exp.io import md_table, read_csv, write_csv, write_text
-from psar_exp.runner import machine_note, main_guard, mpirun_prefix, psar_binary, run
+from psar_exp.runner import (machine_note, machine_state, main_guard, mpirun_prefix, psar_binary,
+                              record_provenance, run)
 
 B, MICRO = 32, 2
 NETWORKS = {"off": [], "1Gbit": ["net.bandwidth=1Gbit", "net.latency=50us"]}
@@ -130,7 +131,7 @@ def main():
     args = ap.parse_args()
     exp = os.path.join(ROOT, "experiments", "gpt_3d.yaml")
     psar = None if args.reuse else psar_binary()
-    load_before = os.getloadavg()[0]
+    load_before = machine_state()
 
     def folder(name):
         return os.path.join(args.out, "runs", name)
@@ -173,6 +174,8 @@ def main():
     sections.append("\n" + machine_note(None if args.reuse else load_before) + "\n")
     write_text(os.path.join(args.out, "tables.md"), "".join(sections))
     write_csv(os.path.join(args.out, "grid.csv"), all_rows)
+    if not args.reuse:
+        record_provenance(args.out, load_before)
     print(f"wrote {os.path.join(args.out, 'tables.md')}")
 
 

@@ -268,11 +268,12 @@ def main():
     psar = runner.psar_binary(args.psar)
     out = args.out or os.path.join(ROOT, "results", exp["experiment"]["name"])
     os.makedirs(out, exist_ok=True)
-    load_before = os.getloadavg()[0]
+    before = runner.machine_state()
     if not args.reuse:
         measure(exp, psar, out, args.quick, args.high_priority)
-        note = runner.machine_note(load_before, args.high_priority)
+        note = runner.machine_note(before, args.high_priority)
         write_text(os.path.join(out, "machine.txt"), note + "\n")
+        runner.record_provenance(out, before, args.high_priority)
     else:
         path = os.path.join(out, "machine.txt")
         note = open(path).read().strip() if os.path.exists(path) else ""

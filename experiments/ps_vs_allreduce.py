@@ -315,10 +315,13 @@ def main():
         plot_scaling(rows, os.path.join(out_root, "scaling.png"), M)
         return
     binary = None if args.dry_run else runner.psar_binary()
+    before = runner.machine_state()
     if args.only != "consistency":
         scaling(exp, args.experiment, out_root, binary, args.quick, args.dry_run)
     if args.only != "scaling":
         consistency(exp, args.experiment, out_root, binary, args.quick, args.dry_run)
+    if not args.dry_run:
+        runner.record_provenance(out_root, before)
 
 
 if __name__ == "__main__":

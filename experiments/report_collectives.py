@@ -49,7 +49,7 @@ def main():
     psar = runner.psar_binary(args.psar)
     out = args.out or os.path.join(ROOT, "results", exp["experiment"]["name"])
     os.makedirs(out, exist_ok=True)
-    load = os.getloadavg()[0]
+    load = runner.machine_state()
     start = time.time()
     note_file = os.path.join(out, "run_note.txt")  # the conditions of the runs, kept for --reuse
     if kind == "volume":
@@ -68,6 +68,7 @@ def main():
             gamma = collectives.measure_gamma(args.bench_reduce, args.high_priority)
             write_text(gamma_file, f"{gamma:.6e}\n")
             write_text(note_file, runner.machine_note(load, args.high_priority) + "\n")
+            runner.record_provenance(out, load, args.high_priority)
         with open(gamma_file) as f:
             gamma = float(f.read())
         with open(note_file) as f:

@@ -53,6 +53,7 @@ def main():
         raise runner.RunError("--per-host and --cluster-name go with --cluster")
     cluster = {"per_host": args.per_host, "name": args.cluster_name} if args.cluster else None
 
+    before = runner.machine_state()
     rows = []
     for i, point in enumerate(points, 1):
         out = os.path.join(out_root, point.name)
@@ -71,6 +72,7 @@ def main():
 
     if rows:
         write_csv(os.path.join(out_root, "summary.csv"), rows)
+        runner.record_provenance(out_root, before)
         print(f"run.py: {len(rows)} run(s) -> {out_root}/summary.csv")
 
 

@@ -30,7 +30,7 @@ wire::MessageType expected_reply(wire::MessageType request) {
 }  // namespace
 
 Client::Client(const ClientOptions& options)
-    : options_(options), in_flight_(options.nic.get()) {
+    : options_(options), clock_(options.first_clock), in_flight_(options.nic.get()) {
   PSAR_CHECK(!options.shards.empty(), "ps client: no shards");
   int64_t next = 0;
   for (const auto& a : options.shards) {

@@ -51,6 +51,7 @@ struct ClientOptions {
   // the first reply's deadline.
   double connect_timeout_s = kConnectTimeout;
   std::string host;  // this worker's hostname, for error messages
+  int64_t first_clock = 0;           // a resumed job: the steps already taken
 };
 
 class Client {

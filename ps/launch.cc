@@ -93,6 +93,9 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
         so.bind = me.address.bind;
         so.advertise = me.address.advertise;
         so.nic = world.network();
+        so.checkpoint_every = options.checkpoint_every;
+        so.on_checkpoint = options.on_checkpoint;
+        if (options.resume_shard) so.resume = options.resume_shard(me.shard);
         me.server =
             std::make_unique<Server>(so, initial.subspan(static_cast<size_t>(so.range.begin),
                                                          static_cast<size_t>(so.range.size())));
@@ -121,6 +124,7 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
     co.chunk_floats = chunk_floats_for(options.chunk_bytes);
     co.nic = world.network();
     co.host = here.hostname;
+    co.first_clock = options.first_clock;
     me.client = std::make_unique<Client>(co);
   }
   return me;

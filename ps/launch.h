@@ -42,6 +42,13 @@ struct PsOptions {
   int64_t chunk_bytes = 1 << 20;  // pipelining unit of a push_pull (ps.chunk_bytes)
   double timeout_s = 60.0;
   OptimizerOptions optimizer;
+  // Checkpoints and resume (bsp; ServerOptions, ClientOptions): the hook a
+  // shard calls with its snapshot, the snapshot a shard starts from (null:
+  // none), the workers' first clock.
+  int64_t checkpoint_every = 0;
+  std::function<void(const ShardSnapshot&)> on_checkpoint;
+  std::function<std::shared_ptr<const ShardSnapshot>(int shard)> resume_shard;
+  int64_t first_clock = 0;
 };
 
 // One rank's part in the job.

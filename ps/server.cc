@@ -49,6 +49,53 @@ Server::Server(const ServerOptions& options, std::span<const float> initial)
   socket_.set(zmq::sockopt::maxmsgsize, cap);
   endpoint_ = bind_endpoint(socket_, options.bind, options.advertise);
   told_.assign(static_cast<size_t>(options.workers), 0);
+  if (options.resume) restore(*options.resume);
+}
+
+void Server::restore(const ShardSnapshot& snap) {
+  PSAR_CHECK(snap.params.size() == static_cast<size_t>(options_.range.size()), "ps shard ",
+             options_.shard, ": snapshot holds ", snap.params.size(), " floats, range ",
+             to_string(options_.range));
+  for (int c = 0; c < layout_.chunks(); ++c) {
+    const KeyRange keys = layout_.chunk(c);
+    const auto off = static_cast<size_t>(keys.begin - options_.range.begin);
+    const auto n = static_cast<size_t>(keys.size());
+    std::vector<std::span<const float>> state;
+    for (const auto& b : snap.optimizer_state) {
+      PSAR_CHECK(b.size() == snap.params.size(), "ps shard: optimizer buffer size");
+      state.push_back(std::span<const float>(b).subspan(off, n));
+    }
+    chunks_[static_cast<size_t>(c)]->restore(snap.clock,
+                                             std::span<const float>(snap.params).subspan(off, n),
+                                             snap.optimizer_steps, state);
+  }
+}
+
+void Server::snapshot_if_due(int chunk) {
+  if (options_.checkpoint_every <= 0 || !options_.on_checkpoint) return;
+  ShardState& state = *chunks_[static_cast<size_t>(chunk)];
+  const int64_t clock = state.applied();
+  if (clock == 0 || clock % options_.checkpoint_every != 0) return;
+  const auto buffers = state.optimizer().state();
+  if (pending_chunks_ == 0) {
+    pending_.shard = options_.shard;
+    pending_.clock = clock;
+    pending_.params.assign(static_cast<size_t>(options_.range.size()), 0.0f);
+    pending_.optimizer_state.assign(buffers.size(), pending_.params);
+  }
+  PSAR_CHECK(pending_.clock == clock, "ps shard ", options_.shard, ": chunk ", chunk,
+             " applied clock ", clock, " while the checkpoint of clock ", pending_.clock,
+             " is incomplete");
+  const auto off = static_cast<size_t>(state.options().range.begin - options_.range.begin);
+  const auto values = state.params().view();
+  std::copy(values.begin(), values.end(), pending_.params.begin() + static_cast<ptrdiff_t>(off));
+  for (size_t b = 0; b < buffers.size(); ++b)
+    std::copy(buffers[b].begin(), buffers[b].end(),
+              pending_.optimizer_state[b].begin() + static_cast<ptrdiff_t>(off));
+  pending_.optimizer_steps = state.optimizer().steps();
+  if (++pending_chunks_ < layout_.chunks()) return;
+  pending_chunks_ = 0;
+  options_.on_checkpoint(pending_);
 }
 
 Server::~Server() = default;
@@ -176,6 +223,7 @@ void Server::dispatch(zmq::message_t& identity, const wire::Header& h, int chunk
       const int64_t bytes = static_cast<int64_t>(frame->size());
       const bool changed = state.push(worker, h.clock(), Gradient{data, std::move(frame)});
       counters_.payload_in.fetch_add(bytes, std::memory_order_relaxed);
+      if (changed) snapshot_if_due(chunk);
       if (changed) answer_parked();
       if (h.type() == wire::MSG_PUSH_PULL)
         pull(identity, h, chunk, h.clock() + 1, layout_.chunk(chunk));

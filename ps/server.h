@@ -29,6 +29,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -44,6 +45,16 @@
 
 namespace psar::ps {
 
+// A shard's whole state once `clock` updates were applied: what a checkpoint
+// saves and a resumed job starts from (bsp).
+struct ShardSnapshot {
+  int shard = 0;
+  int64_t clock = 0;
+  std::vector<float> params;  // the shard's key range
+  int64_t optimizer_steps = 0;
+  std::vector<std::vector<float>> optimizer_state;  // each buffer over the key range
+};
+
 struct ServerOptions {
   int shard = 0;
   KeyRange range;            // the keys this shard owns
@@ -58,6 +69,15 @@ struct ServerOptions {
   std::string advertise;           // host named in endpoint() ("" = the bound one)
   // Emulated NIC of this shard (comm/netem.h), shared with its rank; null = none.
   std::shared_ptr<Nic> nic;
+  // Checkpoints (bsp): each time every chunk has applied a multiple of
+  // `checkpoint_every` clocks, on_checkpoint gets the shard's snapshot — on
+  // the serving thread, before any pull of that clock is answered, so a
+  // worker that has the parameters of step k knows the shard's state at k is
+  // saved. Its errors end run().
+  int64_t checkpoint_every = 0;
+  std::function<void(const ShardSnapshot&)> on_checkpoint;
+  // The state to start from instead of `initial` at clock 0 (a resumed job).
+  std::shared_ptr<const ShardSnapshot> resume;
 };
 
 // Traffic of one side of the protocol. Payload bytes are the floats pushed
@@ -140,6 +160,9 @@ class Server {
   std::string name() const;
 
   bool all_left() const { return chunks_.front()->all_left(); }
+  // After chunk `chunk` applied a clock: adds it to the snapshot due, if any.
+  void snapshot_if_due(int chunk);
+  void restore(const ShardSnapshot& snapshot);
 
   ServerOptions options_;
   ShardLayout layout_;
@@ -152,6 +175,8 @@ class Server {
   std::string failure_;     // set when a departed worker made a pull impossible
   std::vector<char> told_;  // by worker: sent that failure
   std::atomic<bool> stop_{false};
+  ShardSnapshot pending_;  // the checkpoint being collected from the chunks
+  int pending_chunks_ = 0;
 
   struct Counters {
     std::atomic<int64_t> payload_in{0}, payload_out{0}, header_in{0}, header_out{0};

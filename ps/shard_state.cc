@@ -208,4 +208,24 @@ std::vector<int> ShardState::waiting_for() const {
   return out;
 }
 
+void ShardState::restore(int64_t clock, std::span<const float> params, int64_t optimizer_steps,
+                         const std::vector<std::span<const float>>& optimizer_state) {
+  PSAR_CHECK(options_.consistency == Consistency::kBsp, "ps shard: restore needs bsp");
+  PSAR_CHECK(applied_ == 0, "ps shard: restore after updates");
+  PSAR_CHECK(params.size() == static_cast<size_t>(options_.range.size()), "ps shard: restoring ",
+             params.size(), " floats into ", to_string(options_.range));
+  const std::span<float> mine = params_.writable();
+  std::copy(params.begin(), params.end(), mine.begin());
+  const auto state = optimizer_->state();
+  PSAR_CHECK(state.size() == optimizer_state.size(), "ps shard: optimizer state has ",
+             optimizer_state.size(), " buffers, expected ", state.size());
+  for (size_t b = 0; b < state.size(); ++b) {
+    PSAR_CHECK(state[b].size() == optimizer_state[b].size(), "ps shard: optimizer buffer ", b);
+    std::copy(optimizer_state[b].begin(), optimizer_state[b].end(), state[b].begin());
+  }
+  optimizer_->set_steps(optimizer_steps);
+  std::fill(pushed_.begin(), pushed_.end(), clock);
+  applied_ = clock;
+}
+
 }  // namespace psar::ps

@@ -98,6 +98,12 @@ class ShardState {
   int64_t applied() const { return applied_; }
   // Active workers the oldest open clock still waits for (all active ones under asp).
   std::vector<int> waiting_for() const;
+  // Checkpoints: the optimizer over this chunk (its step count and state),
+  // and the start of a resumed job — parameters, optimizer and every
+  // worker's clock as they were once `clock` updates were applied (bsp).
+  Optimizer& optimizer() { return *optimizer_; }
+  void restore(int64_t clock, std::span<const float> params, int64_t optimizer_steps,
+               const std::vector<std::span<const float>>& optimizer_state);
   SharedParams& params() { return params_; }
   const SharedParams& params() const { return params_; }
   const ShardStateOptions& options() const { return options_; }

@@ -18,6 +18,7 @@ class AllreduceSync final : public GradientSync {
   bool overlaps() const override { return true; }
   void sync_range(int64_t offset, std::span<float> params, std::span<float> grads) override;
   void finish(std::span<float> params, std::span<float> grads) override;
+  Optimizer* optimizer() override { return optimizer_.get(); }
 
  private:
   Comm& comm_;

@@ -38,10 +38,13 @@ struct AxisRow {
   double dp_s = 0;
 };
 
-// Every rank of `workers` calls it (a gather); rank 0 writes out_dir/axes.csv
-// and, when t > 1, tp.csv (the tensor-parallel columns alone, as
-// experiments/tp_report.py reads them).
-void write_axes(Comm& workers, const GridShape& shape, const GridCoord& coord,
-                const std::vector<AxisRow>& rows, const std::string& out_dir);
+// The rows of axes.csv and, when t > 1, tp.csv (the tensor-parallel columns
+// alone, as experiments/tp_report.py reads them), for worker rank `rank` at
+// grid coordinate `coord`; the run's StepLog (step_log.h) writes them.
+extern const char* const kAxesCsvHeader;
+extern const char* const kTpCsvHeader;
+std::string axes_csv_row(int rank, const GridCoord& coord, const AxisRow& row);
+std::string tp_csv_row(int rank, const GridShape& shape, const GridCoord& coord,
+                       const AxisRow& row);
 
 }  // namespace psar

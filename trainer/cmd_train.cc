@@ -1,4 +1,5 @@
-// psar train CONFIG.yaml [--sync NAME] [--out DIR] [--trace] [--quiet] [--set key=value ...]
+// psar train CONFIG.yaml [--sync NAME] [--out DIR] [--resume RUN_DIR] [--trace] [--quiet]
+//            [--set key=value ...]
 //
 // The configuration is read and checked before MPI starts, so a bad config
 // fails fast with one message and leaves nothing behind.
@@ -30,7 +31,7 @@ int blas_threads() {
 }  // namespace
 
 int cmd_train(CliContext& ctx) {
-  std::string config_path, out_dir;
+  std::string config_path, out_dir, resume_dir;
   bool quiet = false;
   std::vector<std::string> overrides = ctx.overrides;
   for (size_t i = 0; i < ctx.args.size(); ++i) {
@@ -41,6 +42,8 @@ int cmd_train(CliContext& ctx) {
     };
     if (a == "--sync") overrides.push_back("sync.backend=" + value("--sync"));
     else if (a == "--out") out_dir = value("--out");
+    else if (a == "--resume")
+      resume_dir = value("--resume");
     else if (a == "--quiet") quiet = true;
     else if (a == "--trace") overrides.push_back("train.trace=true");
     else if (!a.empty() && a[0] == '-') throw ConfigError("psar train: unknown option '" + a + "'");
@@ -49,7 +52,9 @@ int cmd_train(CliContext& ctx) {
                            "', '" + a + "')");
   }
   if (config_path.empty())
-    throw ConfigError("usage: psar train CONFIG.yaml [--sync NAME] [--out DIR] [--set key=value]");
+    throw ConfigError(
+        "usage: psar train CONFIG.yaml [--sync NAME] [--out DIR] [--resume RUN_DIR] "
+        "[--set key=value]");
   // Steps and epochs are two ways to say how long: setting one on the
   // command line replaces the other from the file.
   auto overridden = [&](const std::string& key) {
@@ -60,6 +65,13 @@ int cmd_train(CliContext& ctx) {
   if (overridden("train.steps") && !overridden("train.epochs")) overrides.push_back("train.epochs=~");
   if (overridden("train.epochs") && !overridden("train.steps")) overrides.push_back("train.steps=~");
   const Config config = Config::load_file(config_path, config_schema(), overrides);
+  // --resume RUN_DIR continues that run directory (its latest checkpoint).
+  if (!resume_dir.empty()) {
+    if (!out_dir.empty() && out_dir != resume_dir)
+      throw ConfigError("psar train: --resume " + resume_dir + " continues that directory; --out " +
+                        out_dir + " names another");
+    out_dir = resume_dir;
+  }
 
   ops::set_blas_threads(blas_threads());
   Comm& world = ctx.world(/*threads=*/config.get_bool("sync.overlap"));
@@ -69,6 +81,7 @@ int cmd_train(CliContext& ctx) {
   TrainOptions options;
   options.out_dir = out_dir;
   options.verbose = !quiet;
+  options.resume = !resume_dir.empty();
   const TrainResult r = train(world, config, options);
   if (!r.server && world.rank() == 0 && !quiet)
     std::printf("done: %ld steps, final loss %.4f, test accuracy %.2f%%, %.1f s -> %s\n",

@@ -40,6 +40,18 @@ class GradientSync {
   // slices of the arenas.
   virtual void sync_range(int64_t offset, std::span<float> params, std::span<float> grads);
   virtual void finish(std::span<float> params, std::span<float> grads);
+  // The optimizer this rank steps, for checkpoints; null when the optimizer
+  // state lives elsewhere (the parameter server's shards save their own).
+  virtual Optimizer* optimizer() { return nullptr; }
+};
+
+// Where and when the run checkpoints, and the step it resumes from
+// (trainer/checkpoint.h). Backends that keep state outside the worker ranks
+// take part: the parameter server's shards save and restore their own.
+struct CheckpointPlan {
+  std::string run_dir;       // "" = no checkpoints
+  int64_t every = 0;         // train.checkpoint_every (0 = never)
+  int64_t resume_step = -1;  // ≥ 0: the checkpoint this run continues from
 };
 
 // What a backend is built from. Every rank of `world` calls the factory
@@ -53,6 +65,7 @@ struct SyncInit {
   // The group whose gradients are averaged, when it is not the world (with
   // tensor or pipeline parallelism: the data-parallel group of this rank).
   Comm* data_parallel = nullptr;
+  CheckpointPlan checkpoints;
 };
 
 struct SyncSetup {

@@ -1,7 +1,9 @@
 #include "trainer/ps_sync.h"
 
+#include "core/csv.h"
 #include "core/errors.h"
 #include "core/log.h"
+#include "trainer/checkpoint.h"
 
 namespace psar {
 
@@ -63,8 +65,63 @@ ps::PsOptions ps_options(const Config& config, const OptimizerOptions& optimizer
 
 SyncSetup make_ps_sync(SyncInit& init) { return make_ps_sync(init, nullptr); }
 
+namespace {
+
+// The shards' part of a checkpoint (trainer/checkpoint.h): each shard writes
+// shard_<s>.ckpt when it has applied the checkpoint's step, and a resumed
+// shard reads it back.
+void plan_shard_checkpoints(ps::PsOptions& o, const CheckpointPlan& plan) {
+  const bool saving = plan.every > 0 && !plan.run_dir.empty();
+  if ((saving || plan.resume_step >= 0) && o.consistency != ps::Consistency::kBsp)
+    throw ConfigError(std::string("train.checkpoint_every / --resume with --sync ps need "
+                                  "ps.consistency: bsp (under ") +
+                      ps::to_string(o.consistency) +
+                      " the shards' state at a step is not defined)");
+  if (saving) {
+    o.checkpoint_every = plan.every;
+    o.on_checkpoint = [run_dir = plan.run_dir](const ps::ShardSnapshot& s) {
+      CheckpointFile f;
+      f.set("kind", "shard");
+      f.set_int("shard", s.shard);
+      f.set_int("step", s.clock);
+      f.set_int("optimizer_steps", s.optimizer_steps);
+      f.add_blob("params", s.params);
+      for (size_t b = 0; b < s.optimizer_state.size(); ++b)
+        f.add_blob("optimizer." + std::to_string(b), s.optimizer_state[b]);
+      const std::string dir = checkpoint_dir(run_dir, s.clock);
+      make_dirs(dir);
+      f.write(shard_checkpoint_path(dir, s.shard));
+    };
+  }
+  if (plan.resume_step >= 0) {
+    o.first_clock = plan.resume_step;
+    o.resume_shard = [plan](int shard) {
+      const std::string path =
+          shard_checkpoint_path(checkpoint_dir(plan.run_dir, plan.resume_step), shard);
+      const CheckpointFile f = CheckpointFile::read(path);
+      auto s = std::make_shared<ps::ShardSnapshot>();
+      s->shard = shard;
+      s->clock = f.get_int("step");
+      if (f.get_int("shard") != shard || s->clock != plan.resume_step)
+        throw DataError("checkpoint file '" + path + "' holds shard " + f.get("shard") +
+                        " at step " + f.get("step"));
+      s->optimizer_steps = f.get_int("optimizer_steps");
+      const auto params = f.blob("params");
+      s->params.assign(params.begin(), params.end());
+      for (size_t b = 0; f.has_blob("optimizer." + std::to_string(b)); ++b) {
+        const auto v = f.blob("optimizer." + std::to_string(b));
+        s->optimizer_state.emplace_back(v.begin(), v.end());
+      }
+      return std::shared_ptr<const ps::ShardSnapshot>(std::move(s));
+    };
+  }
+}
+
+}  // namespace
+
 SyncSetup make_ps_sync(SyncInit& init, std::shared_ptr<ps::PsCounters> served) {
-  const ps::PsOptions options = ps_options(init.config, init.optimizer);
+  ps::PsOptions options = ps_options(init.config, init.optimizer);
+  plan_shard_checkpoints(options, init.checkpoints);
   ps::PsRank rank = ps::launch_ps(init.world, options, init.params.params(), init.params.infos());
   SyncSetup setup;
   if (!rank.client) {

@@ -96,9 +96,10 @@ std::string hms(double s) {
 }  // namespace
 
 void print_progress(const StepPlan& plan, int64_t step, double mean_loss, double test_accuracy,
-                    double train_time) {
-  const double sps = static_cast<double>(plan.batch_size) * (step + 1) / train_time;
-  const double eta = train_time / (step + 1) * static_cast<double>(plan.total_steps - step - 1);
+                    double train_time, int64_t first_step) {
+  const auto taken = static_cast<double>(step + 1 - first_step);
+  const double sps = static_cast<double>(plan.batch_size) * taken / train_time;
+  const double eta = train_time / taken * static_cast<double>(plan.total_steps - step - 1);
   char acc[16] = "-";
   if (test_accuracy >= 0) std::snprintf(acc, sizeof acc, "%.2f%%", 100.0 * test_accuracy);
   std::printf("epoch %ld  step %ld/%ld  loss %.4f  acc %s  %.0f samples/s  ETA %s\n",
@@ -118,36 +119,25 @@ void begin_run_files(Comm& workers, const Config& config, const std::string& out
   write_file_atomic(out_dir + "/config.yaml", config.dump());
 }
 
-void write_run_files(Comm& workers, Comm& world, const Config& config, const RunFiles& files,
-                     const TrainResult& result, const Tracer& tracer) {
-  const bool write = workers.rank() == 0 && !files.out_dir.empty();
-  std::string mine_csv;
-  for (const auto& r : files.rows) {
-    char buf[320];
-    std::snprintf(buf, sizeof buf, "%d,%ld,%.6f,%.9g,%.9g,%.9g,%.9g,%ld,%ld,%ld,%.9g\n",
-                  workers.rank(), static_cast<long>(r.step), r.epoch, r.loss, r.step_s,
-                  r.compute_s, r.sync_s, static_cast<long>(r.bytes_sent),
-                  static_cast<long>(r.bytes_recv), static_cast<long>(r.messages),
-                  r.exposed_sync_s);
-    mine_csv += buf;
-  }
-  const auto all = workers.allgather_bytes(std::as_bytes(std::span<const char>(mine_csv)));
+namespace {
+
+const std::vector<std::string> kSummaryHeader = {
+    "experiment",    "sync",   "world_size",    "steps",   "epochs", "final_loss",
+    "test_accuracy", "wall_s", "samples_per_s", "network", "status"};
+
+}  // namespace
+
+void write_run_end(Comm& workers, Comm& world, const Config& config, const RunEnd& end,
+                   const TrainResult& result, const Tracer& tracer) {
+  const bool write = workers.rank() == 0 && !end.out_dir.empty();
   if (write) {
-    std::string steps_csv =
-        "rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages,"
-        "exposed_sync_s\n";
-    for (const auto& part : all)
-      steps_csv.append(reinterpret_cast<const char*>(part.data()), part.size());
-    write_file_atomic(files.out_dir + "/steps.csv", steps_csv);
-    files.evals.write(files.out_dir + "/eval.csv");
-    CsvWriter summary({"experiment", "sync", "world_size", "steps", "epochs", "final_loss",
-                       "test_accuracy", "wall_s", "samples_per_s", "network"});
-    summary.row({config.get_string("experiment.name"), files.sync, CsvWriter::num(world.size()),
+    CsvWriter summary(kSummaryHeader);
+    summary.row({config.get_string("experiment.name"), end.sync, CsvWriter::num(world.size()),
                  CsvWriter::num(result.steps), CsvWriter::num(result.epochs),
                  CsvWriter::num(result.final_loss), CsvWriter::num(result.test_accuracy),
-                 CsvWriter::num(result.wall_s), CsvWriter::num(result.samples_per_s),
-                 files.network});
-    summary.write(files.out_dir + "/summary.csv");
+                 CsvWriter::num(result.wall_s), CsvWriter::num(result.samples_per_s), end.network,
+                 "finished"});
+    summary.write(end.out_dir + "/summary.csv");
   }
   if (tracer.enabled()) {
     const std::string mine_trace = tracer.events_json(workers.rank());
@@ -156,8 +146,21 @@ void write_run_files(Comm& workers, Comm& world, const Config& config, const Run
       std::vector<std::string> parts;
       for (const auto& t : traces)
         parts.emplace_back(reinterpret_cast<const char*>(t.data()), t.size());
-      write_file_atomic(files.out_dir + "/trace.json", Tracer::document(parts));
+      write_file_atomic(end.out_dir + "/trace.json", Tracer::document(parts));
     }
+  }
+}
+
+void write_error_summary(const Config& config, const RunEnd& end, int world_size,
+                         int64_t steps_done, const std::string& what) {
+  if (end.out_dir.empty()) return;
+  try {
+    CsvWriter summary(kSummaryHeader);
+    summary.row({config.get_string("experiment.name"), end.sync, CsvWriter::num(world_size),
+                 CsvWriter::num(steps_done), "", "", "", "", "", end.network, "error: " + what});
+    summary.write(end.out_dir + "/summary.csv");
+  } catch (const std::exception&) {
+    // The error being reported matters more than its summary line.
   }
 }
 

@@ -1,10 +1,10 @@
 #pragma once
-// What both training loops share — the data-parallel one (trainer.cc) and
-// the pipeline one (pipeline_trainer.cc): the optimizer options and the
-// step plan read from the config, the epoch shuffle (the same on every rank,
-// which is what makes a parallel run equal the serial one), the progress
-// line, and the run files of docs/outputs.md (config.yaml, steps.csv,
-// eval.csv, summary.csv, trace.json).
+// What the training loop (trainer.cc) uses beside the model: the optimizer
+// options and the step plan read from the config, the epoch shuffle (the same
+// on every rank, which is what makes a parallel run equal the serial one), the
+// progress line, and the run files of docs/outputs.md written at the start
+// and the end (config.yaml, summary.csv, trace.json; the per-step files
+// stream through step_log.h).
 
 #include <cstdint>
 #include <functional>
@@ -57,25 +57,30 @@ void for_each_eval_batch(const Dataset& test, int rank, int ranks,
 EvalStats sum_eval(Comm& comm, EvalStats mine);
 
 // "epoch 1  step 20/100  loss 0.6931  acc -  1234 samples/s  ETA 0:12", to stdout.
+// train_time: of the steps after `first_step` (those a resumed run took).
 void print_progress(const StepPlan& plan, int64_t step, double mean_loss, double test_accuracy,
-                    double train_time);
+                    double train_time, int64_t first_step = 0);
 void print_eval(int64_t step, double test_loss, double test_accuracy);
 
-// The run directory's files. Every rank of `workers` calls write_run_files
-// (it gathers the steps and the trace over them); rank 0 writes, if out_dir
-// is set.
-struct RunFiles {
-  RunFiles(std::string out, std::string sync_name, std::string network_text)
-      : out_dir(std::move(out)), sync(std::move(sync_name)), network(std::move(network_text)) {}
-  std::string out_dir;            // "" = write nothing (the gathers still happen)
-  std::string sync;               // the backend's name, for summary.csv
-  std::string network;            // NetModel::describe()
-  std::vector<StepRow> rows;      // this rank's
-  CsvWriter evals{{"step", "epoch", "test_loss", "test_accuracy"}};
-};
+// The run directory's files at the start and at the end of a run (the
+// per-step ones stream through StepLog, step_log.h).
 // config.yaml, once the run is known to start (rank 0 of `workers`).
 void begin_run_files(Comm& workers, const Config& config, const std::string& out_dir);
-void write_run_files(Comm& workers, Comm& world, const Config& config, const RunFiles& files,
-                     const TrainResult& result, const Tracer& tracer);
+
+// What summary.csv names besides the result.
+struct RunEnd {
+  std::string out_dir;  // "" = write nothing (the gathers still happen)
+  std::string sync;     // the backend's name
+  std::string network;  // NetModel::describe()
+};
+// summary.csv (status "finished") and trace.json. Collective over `workers`
+// (the trace is gathered); rank 0 writes.
+void write_run_end(Comm& workers, Comm& world, const Config& config, const RunEnd& end,
+                   const TrainResult& result, const Tracer& tracer);
+// summary.csv of a run that stopped on an error this rank caught cleanly:
+// status "error: <what>", the steps completed, the other results empty.
+// Local to the calling rank (worker rank 0); never throws.
+void write_error_summary(const Config& config, const RunEnd& end, int world_size,
+                         int64_t steps_done, const std::string& what);
 
 }  // namespace psar

@@ -67,6 +67,9 @@ Schema build() {
   s.add({"train.log_every", T::kInt, "50", "steps between progress lines"});
   s.add({"train.eval_every", T::kInt, "0", "steps between test evaluations (0 = once per epoch)"});
   s.add({"train.trace", T::kBool, "false", "write a Chrome/Perfetto trace.json"});
+  s.add({"train.checkpoint_every", T::kInt, "0",
+         "steps between checkpoints in the run directory (0 = none; psar train --resume continues "
+         "from the latest)"});
 
   // sync
   s.add({"sync.backend", T::kString, "mpi", "gradient synchronization backend (--sync)", {}, &sync_names});

@@ -16,12 +16,15 @@
 #include "modelpar/pp/partition.h"
 #include "modelpar/tp/group.h"
 #include "modelpar/tp/shard.h"
+#include "trainer/agreement.h"
 #include "trainer/axes.h"
+#include "trainer/checkpoint.h"
 #include "trainer/gradient_sync.h"
 #include "trainer/model_parts.h"
 #include "trainer/overlap.h"
 #include "trainer/pipeline_meter.h"
 #include "trainer/run_common.h"
+#include "trainer/step_log.h"
 #include "workloads/model.h"
 
 namespace psar {
@@ -145,12 +148,96 @@ int64_t dp_floats_formula(const Model& model, const ParamStore& store, int t) {
   return n;
 }
 
-}  // namespace
+// The checkpoint --resume continues from: the latest complete one in
+// out_dir as world rank 0 sees it (broadcast, so every rank reads the same
+// one), checked against this job on every rank. -1 for a new run.
+int64_t find_resume_step(Comm& world, const Config& config, const TrainOptions& options,
+                         const JobIdentity& job) {
+  if (!options.resume) return -1;
+  if (options.out_dir.empty()) throw ConfigError("--resume needs the run directory");
+  int64_t step = world.rank() == 0 ? latest_checkpoint(options.out_dir) : 0;
+  world.broadcast_bytes(std::as_writable_bytes(std::span<int64_t>(&step, 1)), 0);
+  if (step < 0)
+    throw ConfigError("--resume " + options.out_dir + ": no complete checkpoint in " +
+                      options.out_dir + "/checkpoints (set train.checkpoint_every to write them)");
+  const std::string dir = checkpoint_dir(options.out_dir, step);
+  check_resumable(CheckpointFile::read(manifest_path(dir)), config, job, dir);
+  if (step >= job.total_steps)
+    throw ConfigError("--resume: the checkpoint " + dir + " is at step " + std::to_string(step) +
+                      " and this run has " + std::to_string(job.total_steps) +
+                      " steps: nothing is left to run (raise train.steps or train.epochs to "
+                      "continue it)");
+  return step;
+}
 
-TrainResult train(Comm& world, const Config& config, const TrainOptions& options) {
+// This worker's part of a checkpoint: its slice of the parameters, the
+// optimizer state it keeps, where the data order stands, the model's RNG.
+CheckpointFile rank_checkpoint(int rank, const GridCoord& coord, int64_t step, const StepPlan& plan,
+                               uint64_t seed, const ParamStore& store, GradientSync& sync,
+                               const Model& model) {
+  CheckpointFile f;
+  f.set("kind", "rank");
+  f.set_int("rank", rank);
+  f.set("coord",
+        std::to_string(coord.pp) + " " + std::to_string(coord.tp) + " " + std::to_string(coord.dp));
+  f.set_int("step", step);
+  f.set_int("epoch", step / plan.steps_per_epoch);
+  f.set_int("epoch_position", step % plan.steps_per_epoch);
+  f.set("data_order", "epoch_order(seed " + std::to_string(seed) + ", epoch " +
+                          std::to_string(step / plan.steps_per_epoch) + ")");
+  f.set_int("model_batches_seen", static_cast<int64_t>(model.batches_seen()));
+  f.set_int("params", static_cast<int64_t>(store.size()));
+  f.add_blob("params", store.params());
+  if (Optimizer* opt = sync.optimizer()) {
+    f.set_int("optimizer_steps", opt->steps());
+    const auto state = opt->state();
+    for (size_t b = 0; b < state.size(); ++b)
+      f.add_blob("optimizer." + std::to_string(b), state[b]);
+  }
+  return f;
+}
+
+void restore_rank(const CheckpointFile& f, int rank, const GridCoord& coord, int64_t step,
+                  ParamStore& store, GradientSync& sync, Model& model) {
+  const std::string coord_text =
+      std::to_string(coord.pp) + " " + std::to_string(coord.tp) + " " + std::to_string(coord.dp);
+  if (f.get("kind") != "rank" || f.get_int("rank") != rank || f.get_int("step") != step ||
+      f.get("coord") != coord_text || f.get_int("params") != static_cast<int64_t>(store.size()))
+    throw DataError("checkpoint file '" + f.origin() + "' holds rank " + f.get("rank") +
+                    " at step " + f.get("step") + ", grid coordinate (" + f.get("coord") + "), " +
+                    f.get("params") + " parameters; expected rank " + std::to_string(rank) +
+                    " at step " + std::to_string(step) + ", (" + coord_text + "), " +
+                    std::to_string(store.size()));
+  const auto params = f.blob("params");
+  std::copy(params.begin(), params.end(), store.params().begin());
+  if (Optimizer* opt = sync.optimizer()) {
+    opt->set_steps(f.get_int("optimizer_steps"));
+    const auto state = opt->state();
+    for (size_t b = 0; b < state.size(); ++b) {
+      const auto saved = f.blob("optimizer." + std::to_string(b));
+      if (saved.size() != state[b].size())
+        throw DataError("checkpoint file '" + f.origin() + "': optimizer state " +
+                        std::to_string(b) + " holds " + std::to_string(saved.size()) +
+                        " floats, expected " + std::to_string(state[b].size()));
+      std::copy(saved.begin(), saved.end(), state[b].begin());
+    }
+  }
+  model.set_batches_seen(static_cast<uint64_t>(f.get_int("model_batches_seen")));
+}
+
+// How far a run got, for the summary of a run that stops on an error.
+struct Progress {
+  bool lead = false;  // worker rank 0 of a run that started (its files exist)
+  RunEnd end;
+  int64_t steps_done = 0;
+};
+
+TrainResult run_training(Comm& world, const Config& config, const TrainOptions& options,
+                         Progress& progress) {
   const Stopwatch wall;
   TrainResult result;
   world.set_timeout(config.get_duration("sync.timeout"));
+  check_agreement(world, config);
   const NetModel network = apply_network_model(world, config);
 
   // ---- data, steps, the grid: everything checked before any work ------------
@@ -210,11 +297,35 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
   model->bind(store);
   const std::vector<TiedParam> tied = model->tied_params();
   std::vector<float> tied_scratch;
+  check_parameter_counts(world, grid ? grid->coord().pp * par.t + grid->coord().tp : 0,
+                         static_cast<int64_t>(store.size()));
+
+  // ---- checkpoints: the one to continue from, the plan -----------------------
+  JobIdentity job;
+  job.world_size = world.size();
+  job.workers = trainers;
+  job.pp = shape.pp;
+  job.tp = shape.tp;
+  job.dp = shape.dp;
+  job.order = par.order;
+  job.sync = sync_name;
+  job.total_steps = plan.total_steps;
+  job.psar_version = psar_version();
+  const int64_t first_step = find_resume_step(world, config, options, job);
+  const int64_t checkpoint_every = config.get_int("train.checkpoint_every");
+  if (checkpoint_every < 0)
+    throw ConfigError("train.checkpoint_every must be >= 0, got " +
+                      std::to_string(checkpoint_every));
 
   // ---- gradient synchronization over this rank's data-parallel group --------
   OptimizerOptions optimizer = optimizer_options(config);
   optimizer.total_steps = plan.total_steps;
-  SyncInit init{world, config, store, optimizer, grid ? &grid->dp() : nullptr};
+  SyncInit init{world,
+                config,
+                store,
+                optimizer,
+                grid ? &grid->dp() : nullptr,
+                CheckpointPlan{options.out_dir, checkpoint_every, first_step}};
   SyncSetup setup = make_gradient_sync(sync_name, init);
   if (setup.serve) {
     setup.serve();
@@ -250,6 +361,13 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
   }
   const bool holds_loss = layout.stage == layout.stages - 1 && grid->coord().tp == 0;
   result.workers = d;
+  result.first_step = first_step;
+  const Stopwatch restore_clock;
+  if (first_step >= 0)
+    restore_rank(CheckpointFile::read(rank_checkpoint_path(
+                     checkpoint_dir(options.out_dir, first_step), workers.rank())),
+                 workers.rank(), grid->coord(), first_step, store, sync, *model);
+  const double restore_s = workers.allreduce_max(restore_clock.seconds());
   begin_run_files(workers, config, options.out_dir);
 
   // ---- the loop --------------------------------------------------------------
@@ -259,10 +377,11 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
                               .scatter_gather = par.scatter_gather ? &grid->tp() : nullptr,
                               .gradient_sink = overlap.get()});
   PipelineMeter meter(schedule, layout.stage);
-  RunFiles files{options.out_dir, sync.name(), network.describe()};
-  files.rows.reserve(static_cast<size_t>(plan.total_steps));
-  std::vector<AxisRow> axes;
-  axes.reserve(static_cast<size_t>(plan.total_steps));
+  const RunEnd run_end{options.out_dir, sync.name(), network.describe()};
+  progress.end = run_end;
+  progress.lead = workers.rank() == 0;
+  StepLog log(workers, pipeline, grid->shape(), grid->coord(),
+              {options.out_dir, par.t > 1, first_step});
   int64_t tp_formula = 0;
   for (int c = 0; c < layout.chunks; ++c) tp_formula += par.m * model->tp_allreduce_floats(c);
   const int64_t pp_formula =
@@ -276,7 +395,33 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
   int64_t order_epoch = -1;
   double train_time = 0;
   const bool lead = workers.rank() == 0;
-  for (int64_t step = 0; step < plan.total_steps; ++step) {
+  if (lead && options.verbose && first_step >= 0)
+    std::printf("resumed from %s at step %ld (restored in %.3f s)\n",
+                checkpoint_dir(options.out_dir, first_step).c_str(), static_cast<long>(first_step),
+                restore_s);
+  int64_t step = std::max<int64_t>(first_step, 0);
+  // Writes this step's checkpoint: every worker its file, then (after a
+  // barrier: every file, the shards' too, is in place) rank 0 the MANIFEST.
+  auto write_checkpoint = [&](int64_t done) {
+    const Stopwatch clock;
+    const std::string dir = checkpoint_dir(options.out_dir, done);
+    make_dirs(dir);
+    const CheckpointFile mine =
+        rank_checkpoint(workers.rank(), grid->coord(), done, plan, seed, store, sync, *model);
+    const auto written = static_cast<double>(mine.write(rank_checkpoint_path(dir, workers.rank())));
+    // The sum doubles as the barrier: every worker's file is in place after it.
+    const double bytes = workers.allreduce_sum(written);
+    if (lead) {
+      make_manifest(done, config, job).write(manifest_path(dir));
+      prune_checkpoints(options.out_dir, 2);
+      if (options.verbose)
+        std::printf("checkpoint step %ld: %d worker files, %.3f MB, in %.3f s -> %s\n",
+                    static_cast<long>(done), workers.size(), bytes / 1e6, clock.seconds(),
+                    dir.c_str());
+    }
+  };
+  for (; step < plan.total_steps; ++step) {
+    progress.steps_done = step;
     const Stopwatch step_clock;
     const int64_t epoch = step / plan.steps_per_epoch, pos = step % plan.steps_per_epoch;
     if (epoch != order_epoch) {
@@ -325,7 +470,8 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
       share_tied_params(store, tied, layout, pipeline);
     }
     sync_s += exposed_s;
-    if (layout.stages > 1) meter.add(run, plan.total_steps == 1 || step > 0);
+    if (layout.stages > 1)
+      meter.add(run, plan.total_steps == 1 || step > std::max<int64_t>(first_step, 0));
     const CommCounters sync1 = sync.counters();
     const double step_s = step_clock.seconds();
     train_time += step_s;
@@ -347,9 +493,7 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
     axis.dp_floats_formula = dp_formula;
     axis.dp_bytes_sent = sync1.bytes_sent - sync0.bytes_sent;
     axis.dp_s = sync_s;
-    axes.push_back(axis);
-
-    files.rows.push_back(
+    log.add(
         {step + 1, static_cast<double>(step + 1) / plan.steps_per_epoch, loss, step_s,
          run.compute_s, sync_s,
          axis.tp_bytes_sent + axis.pp_bytes_sent + axis.pp_gather_bytes_sent + axis.dp_bytes_sent,
@@ -357,39 +501,43 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
              sync1.bytes_recv - sync0.bytes_recv,
          axis.tp_messages + pipe1.messages_sent - pipe0.messages_sent + sync1.messages_sent -
              sync0.messages_sent,
-         exposed_s});
-    result.losses.push_back(loss);
+         exposed_s},
+        axis);
 
     const bool last = step + 1 == plan.total_steps;
-    if ((step + 1) % plan.log_every == 0 || last) {
+    const bool logs = (step + 1) % plan.log_every == 0 || last;
+    if (logs) {
       const double mean_loss = workers.allreduce_sum(holds_loss ? loss : 0.0) / d;
       if (lead && options.verbose)
-        print_progress(plan, step, mean_loss, result.test_accuracy, train_time);
+        print_progress(plan, step, mean_loss, result.test_accuracy, train_time,
+                       std::max<int64_t>(first_step, 0));
       if (last) result.final_loss = mean_loss;
     }
     if (model->evaluates() && plan.eval_after(step + 1)) {
       const EvalStats s = evaluate(*model, layout, *data.test, *grid, workers);
       result.test_accuracy = s.count ? static_cast<double>(s.correct) / s.count : 0.0;
       result.test_loss = s.count ? s.loss_sum / s.count : 0.0;
-      files.evals.row({CsvWriter::num(step + 1),
-                       CsvWriter::num(static_cast<double>(step + 1) / plan.steps_per_epoch),
-                       CsvWriter::num(result.test_loss), CsvWriter::num(result.test_accuracy)});
+      log.add_eval(step + 1, static_cast<double>(step + 1) / plan.steps_per_epoch,
+                   result.test_loss, result.test_accuracy);
       if (lead && options.verbose) print_eval(step + 1, result.test_loss, result.test_accuracy);
     }
+    const bool checkpoints =
+        checkpoint_every > 0 && (step + 1) % checkpoint_every == 0 && !options.out_dir.empty();
+    // Rows reach the disk every log interval, and before a checkpoint claims their step.
+    if (logs || checkpoints) log.flush();
+    if (checkpoints) write_checkpoint(step + 1);
   }
 
   // ---- results: the replica's loss on every stage, the whole model ------------
-  const auto losses =
-      pipeline.allgather_bytes(std::as_bytes(std::span<const double>(result.losses)));
-  std::memcpy(result.losses.data(), losses.back().data(), result.losses.size() * sizeof(double));
-  for (size_t k = 0; k < files.rows.size(); ++k) files.rows[k].loss = result.losses[k];
+  result.losses = log.losses();
   check_tied_params(store, tied, layout, pipeline, tied_scratch);
   result.params = gather_model(*model, store, chunk_params, layout, grid->tp(), pipeline);
   result.steps = plan.total_steps;
   result.epochs = static_cast<double>(plan.total_steps) / plan.steps_per_epoch;
   result.wall_s = workers.allreduce_max(wall.seconds());
-  result.samples_per_s =
-      static_cast<double>(plan.batch_size) * plan.total_steps / workers.allreduce_max(train_time);
+  result.samples_per_s = static_cast<double>(plan.batch_size) *
+                         static_cast<double>(plan.total_steps - std::max<int64_t>(first_step, 0)) /
+                         workers.allreduce_max(train_time);
 
   if (layout.stages > 1) {
     std::vector<int> layers_per_stage(static_cast<size_t>(layout.stages), 0);
@@ -405,9 +553,23 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
                   pp::describe(schedule).c_str(), bubble.bubble, bubble.idle_share,
                   bubble.bubble_sim, bubble.bubble_formula);
   }
-  write_axes(workers, grid->shape(), grid->coord(), axes, options.out_dir);
-  write_run_files(workers, world, config, files, result, tracer);
+  write_run_end(workers, world, config, run_end, result, tracer);
   return result;
+}
+
+}  // namespace
+
+TrainResult train(Comm& world, const Config& config, const TrainOptions& options) {
+  Progress progress;
+  try {
+    return run_training(world, config, options, progress);
+  } catch (const Error& e) {
+    // A clean error (a deadline, a peer that reported failure): the rows so
+    // far are on disk; summary.csv says how the run ended.
+    if (progress.lead)
+      write_error_summary(config, progress.end, world.size(), progress.steps_done, e.what());
+    throw;
+  }
 }
 
 }  // namespace psar

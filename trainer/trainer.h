@@ -18,6 +18,12 @@
 // alone is the case p = t = 1, m = 1. With the same seed the result equals
 // one rank training on the whole batch, up to float rounding.
 //
+// Reliability (docs/checkpoints.md): before step 1 every rank checks that all
+// ranks agree on the configuration, version, backend and parameter counts
+// (agreement.h); the per-step files stream to disk every log interval
+// (step_log.h); train.checkpoint_every writes a checkpoint that --resume
+// continues bitwise identically.
+//
 // Everything that can be checked before the first step is: a grid the model
 // cannot use (p·t·d ≠ world size, t not dividing heads or d_model, p·v >
 // layers, an unknown order), a schedule that cannot run the shape, a batch
@@ -34,14 +40,19 @@ namespace psar {
 struct TrainOptions {
   std::string out_dir;   // "" = write no files
   bool verbose = false;  // rank 0 prints progress lines
+  // Continue the run in out_dir from its latest complete checkpoint
+  // (trainer/checkpoint.h); a ConfigError names what differs when it was
+  // written by another configuration, grid or world size.
+  bool resume = false;
 };
 
 struct TrainResult {
   bool server = false;           // this rank was a dedicated PS server
   int64_t steps = 0;
+  int64_t first_step = 0;        // steps a resumed run found done (0: a new run)
   double epochs = 0;             // passes over the training set completed
   std::vector<float> params;     // the whole model, in the serial model's order (worker ranks)
-  std::vector<double> losses;    // this replica's mean loss per step
+  std::vector<double> losses;    // this replica's mean loss per step run in this process
   double final_loss = 0;         // global-batch mean loss of the last step
   double test_accuracy = -1;     // last evaluation (-1 = none)
   double test_loss = -1;

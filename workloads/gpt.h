@@ -68,6 +68,8 @@ class Gpt final : public Model {
   void declare(ParamStore& store, int chunk) override;
   void bind(ParamStore& store) override;
   void set_batch(const Batch& batch) override;
+  uint64_t batches_seen() const override { return batches_; }
+  void set_batches_seen(uint64_t n) override { batches_ = n; }
   double batch_loss() const override { return loss_; }
   std::vector<TiedParam> tied_params() const override;
   const ShardedParams* sharded_params() const override { return params_.get(); }

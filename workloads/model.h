@@ -105,6 +105,10 @@ class Model : public pp::StageModel {
   // After a batch: the mean loss over the local batch (Σ_i loss_i / m) on the
   // ranks holding the last virtual stage; 0 on the others.
   virtual double batch_loss() const = 0;
+  // The model's random state: batches taken so far (the GPT draws its
+  // dropout masks by it). A checkpoint saves it; a resumed run restores it.
+  virtual uint64_t batches_seen() const { return 0; }
+  virtual void set_batches_seen(uint64_t) {}
   // After bind(): this rank's tied parameters (see above); none by default.
   virtual std::vector<TiedParam> tied_params() const { return {}; }
   // How each parameter of this rank is cut over its TP group (modelpar/tp/

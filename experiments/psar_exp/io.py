@@ -2,13 +2,20 @@
 Markdown tables."""
 
 import csv
+import io
 import os
 
 
 def read_csv(path):
-    """Rows of a CSV with a header, as dicts of strings."""
+    """Rows of a CSV with a header, as dicts of strings. A last line cut
+    short (no newline, fields missing: a run killed inside an append of
+    steps.csv, docs/outputs.md) is dropped."""
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        text = f.read()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    if rows and not text.endswith("\n") and None in rows[-1].values():
+        rows.pop()
+    return rows
 
 
 def write_text(path, text):

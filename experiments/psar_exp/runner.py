@@ -166,18 +166,94 @@ def _favored():
         f.write("-19")
 
 
-def machine_note(load_before=None, high_priority=False):
-    """One line on the machine (and, given the load before, on the load during
-    timed runs) for the foot of a report."""
+def cpu_times(stat_path="/proc/stat"):
+    """(steal, total) jiffies of all CPUs from the first line of /proc/stat,
+    or None where the kernel does not report steal time (fewer than 8
+    fields, or no /proc)."""
+    try:
+        with open(stat_path) as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    values = [int(v) for v in fields[1:]]
+    # user nice system idle iowait irq softirq steal [guest guest_nice]: guest
+    # time is already counted in user and nice.
+    return values[7], sum(values[:8])
+
+
+def machine_state():
+    """A snapshot of the host before timed runs, for machine_note(): the
+    1-minute load average and the CPU times (steal)."""
+    return {"load": os.getloadavg()[0], "cpu": cpu_times()}
+
+
+def steal_share(before, after):
+    """Share of CPU time the hypervisor stole between two cpu_times(), or None."""
+    if not before or not after or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
+def commit():
+    """The commit the results come from: short hash, with '+ uncommitted
+    changes' when the working tree differs from it; 'unknown' outside git."""
+    def git(*args):
+        return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True)
+    head = git("rev-parse", "--short=12", "HEAD")
+    if head.returncode != 0:
+        return "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    return head.stdout.strip() + (" + uncommitted changes" if dirty else "")
+
+
+def machine_note(before=None, high_priority=False):
+    """What produced a report, for its foot and its folder's README: the
+    commit, the machine, and — given the machine_state() (or just the load
+    average) taken before the runs — the load before and after and the steal
+    time in between, where the kernel reports it."""
     mpi = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout.splitlines()
-    machine = f"Machine: {os.cpu_count()} cores, {mpi[0] if mpi else 'mpirun'}"
-    if load_before is None:
+    machine = (f"Commit {commit()}. Machine: {os.cpu_count()} cores, "
+               f"{mpi[0] if mpi else 'mpirun'}")
+    if before is None:
         return machine + "."
+    if not isinstance(before, dict):
+        before = {"load": before, "cpu": None}
+    steal = steal_share(before.get("cpu"), cpu_times())
+    stolen = ("" if steal is None else
+              f"; steal time {100 * steal:.1f}% of CPU time during the runs (/proc/stat)")
     prio = (" Benchmarks ran in their own scheduler group at nice -19 (--high-priority)."
             if high_priority else "")
-    return (f"{machine}; 1-minute load average {load_before:.2f} before, "
-            f"{os.getloadavg()[0]:.2f} after the runs (other work on the host adds noise to "
-            f"every time).{prio}")
+    return (f"{machine}; 1-minute load average {before['load']:.2f} before, "
+            f"{os.getloadavg()[0]:.2f} after the runs{stolen} (other work on the host adds "
+            f"noise to every time).{prio}")
+
+
+PROVENANCE_BEGIN = "<!-- provenance: written by the harness (psar_exp.runner.record_provenance) -->"
+PROVENANCE_END = "<!-- end provenance -->"
+
+
+def record_provenance(folder, before=None, high_priority=False):
+    """Puts machine_note(before) in `folder`/README.md under "Produced by",
+    replacing the one an earlier run put there (the rest of the README is
+    kept; a missing README is started)."""
+    path = os.path.join(folder, "README.md")
+    text = ""
+    if os.path.exists(path):
+        with open(path) as f:
+            text = f.read()
+    section = (f"{PROVENANCE_BEGIN}\n## Produced by\n\n{machine_note(before, high_priority)}\n"
+               f"{PROVENANCE_END}\n")
+    if PROVENANCE_BEGIN in text and PROVENANCE_END in text:
+        head, rest = text.split(PROVENANCE_BEGIN, 1)
+        text = head + section + rest.split(PROVENANCE_END, 1)[1].lstrip("\n")
+    else:
+        text = (text.rstrip("\n") + "\n\n" if text else
+                f"# {os.path.basename(os.path.normpath(folder))}\n\n") + section
+    with open(path, "w") as f:
+        f.write(text)
+    return path
 
 
 def main_guard(prog, fn):

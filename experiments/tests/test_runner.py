@@ -74,3 +74,43 @@ def test_on_the_cluster_train_commands_go_through_cluster_sh():
     assert "sync.backend=ring" in cmd
     plain = runner.train_command("psar", "e.yaml", "out", point)
     assert "--allow-run-as-root" in plain and "cluster.sh" not in " ".join(plain)
+
+
+def test_cpu_times_read_steal_where_the_kernel_reports_it(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 5 50 800 10 0 5 30 7 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+    assert runner.cpu_times(str(stat)) == (30, 1000)
+    stat.write_text("cpu  100 5 50 800\n")  # an old kernel: no steal column
+    assert runner.cpu_times(str(stat)) is None
+    assert runner.cpu_times(str(tmp_path / "absent")) is None
+    assert runner.steal_share((30, 1000), (80, 2000)) == 0.05
+    assert runner.steal_share(None, (80, 2000)) is None
+
+
+def test_provenance_names_the_commit_load_and_steal_and_replaces_its_own_section(tmp_path):
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    (folder / "README.md").write_text("# exp\n\nHand-written text.\n")
+    before = {"load": 1.5, "cpu": (0, 1)}
+    runner.record_provenance(str(folder), before)
+    runner.record_provenance(str(folder), before)  # a second run replaces, never appends
+    text = (folder / "README.md").read_text()
+    assert text.startswith("# exp\n\nHand-written text.\n")
+    assert text.count("## Produced by") == 1
+    assert "Commit " in text and "1-minute load average 1.50 before" in text
+    if runner.cpu_times():
+        assert "steal time" in text
+    fresh = tmp_path / "new"
+    fresh.mkdir()
+    runner.record_provenance(str(fresh))
+    assert (fresh / "README.md").read_text().startswith("# new\n\n")
+
+
+def test_read_csv_drops_a_last_line_cut_by_a_kill_and_nothing_else(tmp_path):
+    from psar_exp.io import read_csv
+    cut = tmp_path / "steps.csv"
+    cut.write_text("rank,step,loss\n0,1,0.5\n0,2,0.4\n0,3")
+    assert [r["step"] for r in read_csv(str(cut))] == ["1", "2"]
+    whole = tmp_path / "whole.csv"
+    whole.write_text("rank,step,loss\n0,1,0.5\n0,2,0.4")  # no final newline, but complete
+    assert [r["step"] for r in read_csv(str(whole))] == ["1", "2"]

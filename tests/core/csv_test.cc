@@ -40,5 +40,29 @@ TEST(Csv, AtomicFileAppearsOnlyOnCommit) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Csv, ReplacingAndAppendingLeaveOnlyTheFile) {
+  const auto dir = std::filesystem::temp_directory_path() / "psar_csv_append_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "steps.csv").string();
+  write_file_atomic(path, "old\n");
+  write_file_atomic(path, "header\n");  // replaces
+  append_file_durable(path, "row 1\n");
+  append_file_durable(path, "row 2\n");
+  EXPECT_EQ(read(path), "header\nrow 1\nrow 2\n");
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    ++files;
+    EXPECT_EQ(e.path().filename(), "steps.csv") << "left behind: " << e.path();
+  }
+  EXPECT_EQ(files, 1);
+  CsvWriter w({"a"});
+  w.row({"1"});
+  EXPECT_EQ(w.header(), "a\n");
+  EXPECT_EQ(w.take_new_rows(), "1\n");
+  EXPECT_EQ(w.take_new_rows(), "");
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace psar

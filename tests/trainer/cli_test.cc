@@ -79,6 +79,12 @@ TEST_F(Cli, AGoodConfigRunsAndWritesItsFiles) {
   EXPECT_EQ(header,
             "rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages,"
             "exposed_sync_s");
+  std::ifstream summary(dir_ / "run" / "summary.csv");
+  std::getline(summary, header);
+  std::string row;
+  std::getline(summary, row);
+  EXPECT_THAT(header, ::testing::EndsWith(",network,status"));
+  EXPECT_THAT(row, ::testing::EndsWith(",off,finished"));
 }
 
 TEST_F(Cli, UnknownKeyIsNamed) {
@@ -167,6 +173,26 @@ TEST_F(Cli, AWorldSizeTheConfigCannotUseIsRejected) {
   EXPECT_NE(o.code, 0);
   EXPECT_THAT(o.output, HasSubstr("train.batch_size 16 is not divisible by d·m = 3·1 = 3 (3 data-parallel replicas"));
   EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(Cli, ARankGivenADifferentSetEndsTheJobNamingTheRankAndTheKey) {
+  // Two ranks with the config as is, a third with another learning rate (MPMD).
+  const std::string out = (dir_ / "run").string();
+  const std::string train = std::string(PSAR_BIN) + " train " + config(kGood) + " --out " + out;
+  const Outcome o = run(std::string(PSAR_MPIRUN) + " --allow-run-as-root --oversubscribe -np 2 " +
+                        train + " : -np 1 " + train + " --set optimizer.lr=0.5");
+  EXPECT_NE(o.code, 0);
+  EXPECT_THAT(o.output, HasSubstr("start-up agreement: rank 2 differs from rank 0 in the "
+                                  "configuration: optimizer.lr = 0.1 in rank 0, 0.5 in rank 2"));
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(Cli, ResumeNeedsACheckpoint) {
+  ASSERT_EQ(train(kGood, "--quiet").code, 0);
+  const Outcome o = run(std::string(PSAR_BIN) + " train " + config(kGood) + " --resume " +
+                        (dir_ / "run").string());
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("no complete checkpoint"));
 }
 
 // The row of a --volume-csv file whose first column is `algo`, as column → value.

@@ -21,20 +21,20 @@ using testing::relative_difference;
 using testing::small_mlp_config;
 
 std::vector<float> train_inproc(int ranks, const Config& cfg, std::vector<double>* losses = nullptr) {
-  std::vector<float> params;
+  std::vector<std::vector<float>> params(static_cast<size_t>(ranks));
   std::mutex mu;
   run_inproc(ranks, [&](Comm& c) {
     TrainResult r = train(c, cfg);
     std::lock_guard<std::mutex> lock(mu);
-    if (c.rank() == 0) {
-      params = r.params;
-      if (losses) *losses = r.losses;
-    } else {
-      // Replicas never drift apart: every rank holds the same bits.
-      EXPECT_EQ(r.params, params.empty() ? r.params : params) << "rank " << c.rank();
-    }
+    params[static_cast<size_t>(c.rank())] = std::move(r.params);
+    if (c.rank() == 0 && losses) *losses = r.losses;
   });
-  return params;
+  // Replicas never drift apart: every rank holds rank 0's bits (compared
+  // once all have finished, whichever finished first).
+  EXPECT_FALSE(params[0].empty());
+  for (int r = 1; r < ranks; ++r)
+    EXPECT_EQ(params[static_cast<size_t>(r)], params[0]) << "rank " << r;
+  return params[0];
 }
 
 class Equivalence : public ::testing::TestWithParam<std::string> {

@@ -1,0 +1,96 @@
+#include "trainer/agreement.h"
+
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/errors.h"
+#include "trainer/checkpoint.h"
+
+namespace psar {
+
+namespace {
+
+// Every rank's `mine`, as text, in rank order.
+std::vector<std::string> gather_text(Comm& world, const std::string& mine) {
+  std::vector<std::string> out;
+  for (const auto& part : world.allgather_bytes(std::as_bytes(std::span<const char>(mine))))
+    out.emplace_back(reinterpret_cast<const char*>(part.data()), part.size());
+  return out;
+}
+
+// A rank's record: "version\nbackend\n" then "key\tvalue\n" per config key.
+std::string record(const Config& config) {
+  std::string r = std::string(psar_version()) + "\n" + config.get_string("sync.backend") + "\n";
+  for (const auto& [k, v] : config.flat()) r += k + "\t" + v + "\n";
+  return r;
+}
+
+struct Parsed {
+  std::string version, backend;
+  std::map<std::string, std::string> config;
+};
+
+Parsed parse(const std::string& text) {
+  Parsed p;
+  std::istringstream in(text);
+  std::getline(in, p.version);
+  std::getline(in, p.backend);
+  for (std::string line; std::getline(in, line);) {
+    const auto tab = line.find('\t');
+    if (tab != std::string::npos) p.config[line.substr(0, tab)] = line.substr(tab + 1);
+  }
+  return p;
+}
+
+[[noreturn]] void disagree(int rank, const std::string& what) {
+  throw ConfigError("start-up agreement: rank " + std::to_string(rank) + " differs from rank 0 " +
+                    what +
+                    "; every rank of a job must run the same psar with the same "
+                    "configuration (check each rank's command line and --set)");
+}
+
+}  // namespace
+
+void check_agreement(Comm& world, const Config& config) {
+  const auto records = gather_text(world, record(config));
+  const Parsed first = parse(records[0]);
+  for (size_t r = 1; r < records.size(); ++r) {
+    if (records[r] == records[0]) continue;
+    const Parsed other = parse(records[r]);
+    const int rank = static_cast<int>(r);
+    const std::string me = "rank " + std::to_string(rank);
+    if (other.version != first.version)
+      disagree(rank, "in the psar version: " + first.version + " on rank 0, " + other.version +
+                         " on " + me);
+    if (other.backend != first.backend)
+      disagree(rank, "in the sync backend (sync.backend): " + first.backend + " on rank 0, " +
+                         other.backend + " on " + me);
+    const std::string keys = config_differences(first.config, other.config, "rank 0", me);
+    disagree(rank, "in the configuration: " + (keys.empty() ? "(its text)" : keys));
+  }
+}
+
+void check_parameter_counts(Comm& world, int slice, int64_t params) {
+  const auto records = gather_text(world, std::to_string(slice) + " " + std::to_string(params));
+  std::map<int, std::pair<int, int64_t>> first;  // slice -> (rank, params)
+  for (size_t r = 0; r < records.size(); ++r) {
+    std::istringstream in(records[r]);
+    int s = 0;
+    int64_t n = 0;
+    in >> s >> n;
+    const auto it = first.find(s);
+    if (it == first.end()) {
+      first[s] = {static_cast<int>(r), n};
+      continue;
+    }
+    if (it->second.second != n)
+      throw ConfigError("start-up agreement: rank " + std::to_string(r) + " holds " +
+                        std::to_string(n) + " parameters in its model slice, rank " +
+                        std::to_string(it->second.first) + " holds " +
+                        std::to_string(it->second.second) + " in the same slice (parameter count)");
+  }
+}
+
+}  // namespace psar

@@ -1,0 +1,108 @@
+#pragma once
+// Checkpoints: everything a run needs to continue bitwise identically to a
+// run that was never interrupted (docs/checkpoints.md).
+//
+// Layout: RUN_DIR/checkpoints/step_<k>/ (k zero-padded to 8 digits) holds
+//   rank_<r>.ckpt   one per worker rank r (of the workers' communicator): its
+//                   slice of the parameters (the whole model with data
+//                   parallelism alone; its stage's TP shard in 2D/3D), the
+//                   optimizer state it keeps, the step, the epoch and the
+//                   position in the epoch's order, the model's RNG counter
+//   shard_<s>.ckpt  one per parameter-server shard (--sync ps), written by
+//                   the shard itself when it has applied step k: its
+//                   parameters and its optimizer's state
+//   MANIFEST        written last, by worker rank 0, once every other file is
+//                   in place: step, epoch, world size, grid, backend, psar
+//                   version and the resolved configuration. A directory
+//                   without MANIFEST is incomplete and never read.
+// Every file is written atomically and fsynced (core/csv.h). The latest two
+// complete checkpoints are kept.
+//
+// File format: a text header, then the raw floats, then a checksum —
+//   psar-checkpoint 1\n
+//   field <key> <bytes>\n<value>\n    (any number, in order)
+//   blob <name> <floats>\n            (any number, in order)
+//   data\n
+//   <the blobs' floats, little-endian IEEE binary32, in the order listed>
+//   <8 bytes: FNV-1a 64 of everything before, little-endian>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config.h"
+
+namespace psar {
+
+class CheckpointFile {
+ public:
+  void set(const std::string& key, const std::string& value);
+  void set_int(const std::string& key, int64_t value) { set(key, std::to_string(value)); }
+  void add_blob(const std::string& name, std::span<const float> values);
+
+  bool has(const std::string& key) const;
+  // DataError naming the file and the key when it is missing or malformed.
+  const std::string& get(const std::string& key) const;
+  int64_t get_int(const std::string& key) const;
+  std::span<const float> blob(const std::string& name) const;
+  bool has_blob(const std::string& name) const;
+  const std::string& origin() const { return origin_; }
+
+  std::string encode() const;
+  // DataError naming `origin` for a truncated, corrupt or foreign file.
+  static CheckpointFile decode(const std::string& bytes, const std::string& origin);
+  size_t write(const std::string& path) const;  // atomically, fsynced; returns the bytes
+  static CheckpointFile read(const std::string& path);
+
+ private:
+  std::string origin_ = "<checkpoint>";
+  std::vector<std::pair<std::string, std::string>> fields_;
+  std::vector<std::pair<std::string, std::vector<float>>> blobs_;
+};
+
+std::string checkpoint_dir(const std::string& run_dir, int64_t step);
+std::string rank_checkpoint_path(const std::string& dir, int rank);
+std::string shard_checkpoint_path(const std::string& dir, int shard);
+std::string manifest_path(const std::string& dir);
+
+// The step of the latest complete checkpoint under run_dir, or -1 if none.
+int64_t latest_checkpoint(const std::string& run_dir);
+// Removes every checkpoint directory older than the newest `keep` complete ones.
+void prune_checkpoints(const std::string& run_dir, int keep);
+
+// Keys that may differ between a checkpoint and the run resuming it: how
+// long the run is, how often it logs, evaluates and checkpoints, where a
+// server binds, the deadlines, harness-only keys. (A different length is
+// refused anyway when the learning-rate schedule depends on it.)
+bool resume_may_differ(const std::string& key);
+
+// The identity of a job, as recorded in MANIFEST and checked on resume.
+struct JobIdentity {
+  int world_size = 0;
+  int workers = 0;  // ranks that train
+  int pp = 1, tp = 1, dp = 1;
+  std::string order;  // parallel.order
+  std::string sync;   // sync.backend
+  int64_t total_steps = 0;
+  std::string psar_version;
+};
+CheckpointFile make_manifest(int64_t step, const Config& config, const JobIdentity& job);
+// Throws ConfigError naming what differs (each differing config key with
+// both values, the world size, the grid) when `manifest` was not written by
+// this job; `where` names the checkpoint for the message.
+void check_resumable(const CheckpointFile& manifest, const Config& config, const JobIdentity& job,
+                     const std::string& where);
+
+// "optimizer.lr = 0.05 in A, 0.1 in B; ..." for the keys whose values differ
+// (ignoring those for which `skip(key)` is true); "" when none.
+std::string config_differences(const std::map<std::string, std::string>& a,
+                               const std::map<std::string, std::string>& b,
+                               const std::string& a_name, const std::string& b_name,
+                               bool (*skip)(const std::string&) = nullptr);
+
+// The psar version the build was configured with (CMake's project version).
+const char* psar_version();
+
+}  // namespace psar

@@ -331,10 +331,10 @@ TEST(Bad3dGrids, EachIsAConfigErrorNamingTheKeysAndValues) {
   EXPECT_THAT(testing::train_config_error(6, testing::gpt_3d_config(ok)),
               HasSubstr("world size 6 is not divisible by parallel.tp × parallel.pp = 2 × 2"));
   try {  // the schema knows the orders: rejected as the config loads
-    testing::gpt_3d_config(ok, {"parallel.order=pp-tp-dp"});
+    testing::gpt_3d_config(ok, {"parallel.order=pp-dp-tp"});
     ADD_FAILURE() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("parallel.order: 'pp-tp-dp' is not one of tp-dp-pp"));
+    EXPECT_THAT(e.what(), HasSubstr("parallel.order: 'pp-dp-tp' is not one of tp-dp-pp"));
   }
   EXPECT_THAT(testing::train_config_error(4, testing::gpt_3d_config(ok, {"sync.backend=ps"})),
               HasSubstr("sync.backend ps runs data parallelism only"));

@@ -12,8 +12,8 @@ namespace psar::sim {
 using psar::detail::concat;
 
 double block_activation_bytes(const GptShape& g, int64_t b, int t, int dtype_bytes) {
-  const double sbh = static_cast<double>(g.seq) * static_cast<double>(b) *
-                     static_cast<double>(g.hidden);
+  const double sbh =
+      static_cast<double>(g.seq) * static_cast<double>(b) * static_cast<double>(g.hidden);
   const double attention = 5.0 * static_cast<double>(g.heads) * static_cast<double>(g.seq) /
                            (static_cast<double>(g.hidden) * t);
   return sbh * (10.0 + 24.0 / t + attention) * dtype_bytes / 2.0;
@@ -34,16 +34,15 @@ Memory stage_memory(const StepSpec& s, int stage) {
   for (int c = 0; c < s.chunks; ++c)
     chunk_layers = std::max(chunk_layers, s.vstage_layers[static_cast<size_t>(c * s.pp + stage)]);
   const double full = block_activation_bytes(s.model, s.microbatch, s.tp, s.dtype_bytes);
-  const double kept = s.recompute ? static_cast<double>(s.dtype_bytes) *
-                                        static_cast<double>(s.model.seq * s.microbatch *
-                                                            s.model.hidden)
-                                  : full;
+  const double kept = s.recompute
+                          ? static_cast<double>(s.dtype_bytes) *
+                                static_cast<double>(s.model.seq * s.microbatch * s.model.hidden)
+                          : full;
   m.activations = static_cast<double>(m.in_flight) * chunk_layers * kept;
   if (s.recompute) m.activations += full;  // the block being recomputed
   if (stage == s.pp - 1)
     m.activations += static_cast<double>(kLogitBytes) * static_cast<double>(s.microbatch) *
-                     static_cast<double>(s.model.seq) * static_cast<double>(s.model.vocab) /
-                     s.tp;
+                     static_cast<double>(s.model.seq) * static_cast<double>(s.model.vocab) / s.tp;
   return m;
 }
 
@@ -70,15 +69,16 @@ std::vector<int> divisors(int n) {
 Plan plan(const ClusterSpec& cluster, const PlanOptions& o) {
   const GptShape& g = o.model;
   if (g.layers < 1 || g.hidden < 1 || g.heads < 1 || g.seq < 1 || g.vocab < 1)
-    throw ConfigError("model.layers, model.d_model, model.heads, model.seq_len and model.vocab "
-                      "must all be positive to plan");
+    throw ConfigError(
+        "model.layers, model.d_model, model.heads, model.seq_len and model.vocab "
+        "must all be positive to plan");
   if (o.batch < 1) throw ConfigError("train.batch_size must be positive to plan");
   std::vector<int> tps = o.tps;
   if (tps.empty()) tps = divisors(cluster.gpus_per_node);
   for (int t : tps)
     if (t < 1 || cluster.gpus_per_node % t != 0)
-      throw ConfigError(concat("parallel.tp = ", t, " does not divide cluster.gpus_per_node = ",
-                               cluster.gpus_per_node,
+      throw ConfigError(concat("parallel.tp = ", t,
+                               " does not divide cluster.gpus_per_node = ", cluster.gpus_per_node,
                                " (a tensor-parallel group stays inside a node)"));
   std::erase_if(tps, [&](int t) { return g.heads % t != 0 || g.hidden % t != 0; });
   if (tps.empty())
@@ -142,14 +142,13 @@ Plan plan(const ClusterSpec& cluster, const PlanOptions& o) {
                              " GPUs has a d·b·m (m ≥ p) equal to it with b in the micro-batch "
                              "sizes tried"));
   if (out.ranked.empty())
-    throw ConfigError(concat(
-        "cluster.gpu.memory = ", cluster.gpu.memory / double(1 << 30),
-        " GiB: the model fits at no grid of ", n, " GPUs; the least any needs is ",
-        out.smallest_total / double(1 << 30), " GiB (p=", out.smallest.pp, " t=",
-        out.smallest.tp, " d=", out.smallest.dp, " b=", out.smallest.microbatch, ")"));
-  std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const auto& a, const auto& b) {
-    return a.result.step_s < b.result.step_s;
-  });
+    throw ConfigError(concat("cluster.gpu.memory = ", cluster.gpu.memory / double(1 << 30),
+                             " GiB: the model fits at no grid of ", n,
+                             " GPUs; the least any needs is ", out.smallest_total / double(1 << 30),
+                             " GiB (p=", out.smallest.pp, " t=", out.smallest.tp,
+                             " d=", out.smallest.dp, " b=", out.smallest.microbatch, ")"));
+  std::stable_sort(out.ranked.begin(), out.ranked.end(),
+                   [](const auto& a, const auto& b) { return a.result.step_s < b.result.step_s; });
   return out;
 }
 

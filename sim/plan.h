@@ -18,9 +18,9 @@
 // of (micro-batch, chunk) forwards a stage holds (the `peak` of the
 // modelpar/pp registry): 1F1B, stage r holds p − r micro-batches;
 // interleaved, Megatron's warm-up count min(2(p − r − 1) + (v − 1)·p + 1, m·v)
-// chunks of L/(p·v) layers — for stage 0 this is L·(1 + (p − 1)/(p·v)) layers'
-// worth, the factor of Korthikanti et al. 2022. A_layer, what one block keeps
-// for its backward (Korthikanti et al. 2022, tensor parallel without sequence
+// chunks of L/(p·v) layers (m·v on every stage when m = p: all forwards first) — for stage 0 this
+// is L·(1 + (p − 1)/(p·v)) layers' worth, the factor of Korthikanti et al. 2022. A_layer, what one
+// block keeps for its backward (Korthikanti et al. 2022, tensor parallel without sequence
 // parallelism, 16-bit activations): s·b·h·(10 + 24/t + 5·a·s/(h·t)) bytes;
 // with full recomputation only the block's input, dtype_bytes·s·b·h.
 
@@ -40,9 +40,9 @@ inline constexpr int kAdamBytesPerParam = 12;
 inline constexpr int kLogitBytes = 4;
 
 struct Memory {
-  int stage = 0;         // the fullest stage
-  int64_t params = 0;    // parameters per GPU there
-  int in_flight = 0;     // (micro-batch, chunk) activations it holds at its peak
+  int stage = 0;       // the fullest stage
+  int64_t params = 0;  // parameters per GPU there
+  int in_flight = 0;   // (micro-batch, chunk) activations it holds at its peak
   double weights = 0, gradients = 0, optimizer = 0, activations = 0;
   double total() const { return weights + gradients + optimizer + activations; }
 };
@@ -56,10 +56,10 @@ Memory peak_memory(const StepSpec& spec);
 
 struct PlanOptions {
   GptShape model;
-  int64_t batch = 0;                           // B
+  int64_t batch = 0;                              // B
   std::vector<int64_t> microbatches{1, 2, 4, 8};  // b to try
-  std::vector<int> chunks{1, 2, 4};            // v to try: 1 is 1F1B, more is interleaved
-  std::vector<int> tps;                        // t to try; empty: every divisor of the node
+  std::vector<int> chunks{1, 2, 4};               // v to try: 1 is 1F1B, more is interleaved
+  std::vector<int> tps;                           // t to try; empty: every divisor of the node
   bool recompute = false;
   int dtype_bytes = 2, grad_bytes = 4;
   std::string sync = "ring", tp_allreduce = "ring", order = "tp-dp-pp";

@@ -47,23 +47,55 @@ std::vector<T> int_list(const std::string& flag, const std::string& text) {
   return out;
 }
 
-const char* kColumns[] = {"rank", "p", "t", "d", "b", "m", "v", "schedule", "scatter_gather",
-                          "mem_weights_gib", "mem_grads_gib", "mem_adam_gib", "mem_act_gib",
-                          "mem_total_gib", "in_flight", "step_s", "compute_s", "tp_s", "idle_s",
-                          "sync_exposed_s", "bubble", "tflops_per_gpu"};
+const char* kColumns[] = {"rank",
+                          "p",
+                          "t",
+                          "d",
+                          "b",
+                          "m",
+                          "v",
+                          "schedule",
+                          "scatter_gather",
+                          "mem_weights_gib",
+                          "mem_grads_gib",
+                          "mem_adam_gib",
+                          "mem_act_gib",
+                          "mem_total_gib",
+                          "in_flight",
+                          "step_s",
+                          "compute_s",
+                          "tp_s",
+                          "idle_s",
+                          "sync_exposed_s",
+                          "bubble",
+                          "tflops_per_gpu"};
 
 std::vector<std::string> row(int rank, const sim::Candidate& c) {
   const auto& s = c.spec;
   const auto& r = c.result;
   const auto& st = r.stages[static_cast<size_t>(c.memory.stage)];
-  return {std::to_string(rank), std::to_string(s.pp), std::to_string(s.tp),
-          std::to_string(s.dp), std::to_string(s.microbatch), std::to_string(s.microbatches),
-          std::to_string(s.chunks), s.schedule, s.scatter_gather ? "true" : "false",
-          num(c.memory.weights / kGiB), num(c.memory.gradients / kGiB),
-          num(c.memory.optimizer / kGiB), num(c.memory.activations / kGiB),
-          num(c.memory.total() / kGiB), std::to_string(c.memory.in_flight), num(r.step_s),
-          num(st.compute_s), num(st.tp_s), num(tiny(st.idle_s)), num(r.sync_exposed_s),
-          num(r.bubble_fraction), num(r.tflops_per_gpu)};
+  return {std::to_string(rank),
+          std::to_string(s.pp),
+          std::to_string(s.tp),
+          std::to_string(s.dp),
+          std::to_string(s.microbatch),
+          std::to_string(s.microbatches),
+          std::to_string(s.chunks),
+          s.schedule,
+          s.scatter_gather ? "true" : "false",
+          num(c.memory.weights / kGiB),
+          num(c.memory.gradients / kGiB),
+          num(c.memory.optimizer / kGiB),
+          num(c.memory.activations / kGiB),
+          num(c.memory.total() / kGiB),
+          std::to_string(c.memory.in_flight),
+          num(r.step_s),
+          num(st.compute_s),
+          num(st.tp_s),
+          num(tiny(st.idle_s)),
+          num(r.sync_exposed_s),
+          num(r.bubble_fraction),
+          num(r.tflops_per_gpu)};
 }
 
 }  // namespace
@@ -86,18 +118,30 @@ int cmd_plan(CliContext& ctx) {
     }
     if (flag.empty() || flag[0] != '-') {
       throw ConfigError("psar plan: '" + flag + "': the config file comes first\n" + kUsage);
-    } else if (flag == "--gpus") gpus = parse_int_arg("psar plan", flag, value, 1);
-    else if (flag == "--batch") overrides.push_back("train.batch_size=" + value);
-    else if (flag == "--memory") overrides.push_back("cluster.gpu.memory=" + value);
-    else if (flag == "--layers") overrides.push_back("model.layers=" + value);
-    else if (flag == "--hidden") overrides.push_back("model.d_model=" + value);
-    else if (flag == "--heads") overrides.push_back("model.heads=" + value);
-    else if (flag == "--seq") overrides.push_back("model.seq_len=" + value);
-    else if (flag == "--vocab") overrides.push_back("model.vocab=" + value);
-    else if (flag == "--tp") options.tps = int_list<int>(flag, value);
-    else if (flag == "--microbatch") options.microbatches = int_list<int64_t>(flag, value);
-    else if (flag == "--chunks") options.chunks = int_list<int>(flag, value);
-    else if (flag == "--top") top = static_cast<int>(parse_int_arg("psar plan", flag, value, 1));
+    } else if (flag == "--gpus")
+      gpus = parse_int_arg("psar plan", flag, value, 1);
+    else if (flag == "--batch")
+      overrides.push_back("train.batch_size=" + value);
+    else if (flag == "--memory")
+      overrides.push_back("cluster.gpu.memory=" + value);
+    else if (flag == "--layers")
+      overrides.push_back("model.layers=" + value);
+    else if (flag == "--hidden")
+      overrides.push_back("model.d_model=" + value);
+    else if (flag == "--heads")
+      overrides.push_back("model.heads=" + value);
+    else if (flag == "--seq")
+      overrides.push_back("model.seq_len=" + value);
+    else if (flag == "--vocab")
+      overrides.push_back("model.vocab=" + value);
+    else if (flag == "--tp")
+      options.tps = int_list<int>(flag, value);
+    else if (flag == "--microbatch")
+      options.microbatches = int_list<int64_t>(flag, value);
+    else if (flag == "--chunks")
+      options.chunks = int_list<int>(flag, value);
+    else if (flag == "--top")
+      top = static_cast<int>(parse_int_arg("psar plan", flag, value, 1));
     else if (flag == "--format") {
       if (value != "table" && value != "csv" && value != "json")
         throw ConfigError("psar plan: --format must be table, csv or json, got '" + value + "'");
@@ -111,9 +155,10 @@ int cmd_plan(CliContext& ctx) {
   if (gpus > 0) {
     const int64_t per_node = probe.get_int("cluster.gpus_per_node");
     if (per_node < 1 || gpus % per_node != 0)
-      throw ConfigError(psar::detail::concat(
-          "--gpus = ", gpus, ": no grid can use it, it is not a multiple of "
-          "cluster.gpus_per_node = ", per_node, " (cluster.nodes = GPUs / gpus_per_node)"));
+      throw ConfigError(psar::detail::concat("--gpus = ", gpus,
+                                             ": no grid can use it, it is not a multiple of "
+                                             "cluster.gpus_per_node = ",
+                                             per_node, " (cluster.nodes = GPUs / gpus_per_node)"));
     overrides.push_back("cluster.nodes=" + std::to_string(gpus / per_node));
   }
   const Config config = Config::load_file(config_path, config_schema(), overrides);
@@ -135,8 +180,7 @@ int cmd_plan(CliContext& ctx) {
 
   const auto t0 = std::chrono::steady_clock::now();
   const sim::Plan plan = sim::plan(cluster, options);
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const size_t shown = std::min(plan.ranked.size(), static_cast<size_t>(top));
 
   if (format == "csv") {
@@ -156,8 +200,8 @@ int cmd_plan(CliContext& ctx) {
       j += std::string(i ? "," : "") + "\n    {";
       for (size_t k = 0; k < cells.size(); ++k) {
         const bool text = std::string(kColumns[k]) == "schedule";
-        j += std::string(k ? ", " : "") + "\"" + kColumns[k] + "\": " +
-             (text ? "\"" + cells[k] + "\"" : cells[k]);
+        j += std::string(k ? ", " : "") + "\"" + kColumns[k] +
+             "\": " + (text ? "\"" + cells[k] + "\"" : cells[k]);
       }
       j += "}";
     }
@@ -168,37 +212,40 @@ int cmd_plan(CliContext& ctx) {
 
   const auto& g = options.model;
   std::printf("model           L=%ld h=%ld a=%ld s=%ld V=%ld (%.4g B parameters), B=%ld%s\n",
-              static_cast<long>(g.layers), static_cast<long>(g.hidden),
-              static_cast<long>(g.heads), static_cast<long>(g.seq), static_cast<long>(g.vocab),
+              static_cast<long>(g.layers), static_cast<long>(g.hidden), static_cast<long>(g.heads),
+              static_cast<long>(g.seq), static_cast<long>(g.vocab),
               static_cast<double>(sim::model_params(g)) / 1e9, static_cast<long>(options.batch),
               options.recompute ? ", full recomputation" : "");
   std::printf("cluster         %d GPUs (%d nodes of %d), %.4g GiB each\n", cluster.gpus(),
               cluster.nodes, cluster.gpus_per_node, cluster.gpu.memory / kGiB);
-  std::printf("memory model    weights %d B + gradients %d B + Adam %d B per parameter; "
-              "activations: schedule peak in flight x layers x per-layer bytes (sim/plan.h)\n",
-              options.dtype_bytes, options.grad_bytes, sim::kAdamBytesPerParam);
+  std::printf(
+      "memory model    weights %d B + gradients %d B + Adam %d B per parameter; "
+      "activations: schedule peak in flight x layers x per-layer bytes (sim/plan.h)\n",
+      options.dtype_bytes, options.grad_bytes, sim::kAdamBytesPerParam);
   std::printf("candidates      %d enumerated, %zu fit, planner %.2f s\n\n", plan.enumerated,
               plan.ranked.size(), wall);
-  std::printf("%4s %4s %2s %4s %2s %5s %2s %-11s %2s | %7s %7s %7s %7s %7s %4s | %8s %8s %8s "
-              "%8s %8s %6s %7s\n",
-              "rank", "p", "t", "d", "b", "m", "v", "schedule", "sg", "weights", "grads", "adam",
-              "act", "total", "infl", "step_s", "compute", "tp", "idle", "dp_sync", "bubble",
-              "TFLOP/s");
+  std::printf(
+      "%4s %4s %2s %4s %2s %5s %2s %-11s %2s | %7s %7s %7s %7s %7s %4s | %8s %8s %8s "
+      "%8s %8s %6s %7s\n",
+      "rank", "p", "t", "d", "b", "m", "v", "schedule", "sg", "weights", "grads", "adam", "act",
+      "total", "infl", "step_s", "compute", "tp", "idle", "dp_sync", "bubble", "TFLOP/s");
   for (size_t i = 0; i < shown; ++i) {
     const auto& c = plan.ranked[i];
     const auto& s = c.spec;
     const auto& st = c.result.stages[static_cast<size_t>(c.memory.stage)];
-    std::printf("%4zu %4d %2d %4d %2ld %5d %2d %-11s %2s | %7.2f %7.2f %7.2f %7.2f %7.2f %4d | "
-                "%8.4g %8.4g %8.4g %8.4g %8.4g %6.3f %7.1f\n",
-                i + 1, s.pp, s.tp, s.dp, static_cast<long>(s.microbatch), s.microbatches,
-                s.chunks, s.schedule.c_str(), s.scatter_gather ? "y" : "n",
-                c.memory.weights / kGiB, c.memory.gradients / kGiB, c.memory.optimizer / kGiB,
-                c.memory.activations / kGiB, c.memory.total() / kGiB, c.memory.in_flight,
-                c.result.step_s, st.compute_s, st.tp_s, tiny(st.idle_s), c.result.sync_exposed_s,
-                c.result.bubble_fraction, c.result.tflops_per_gpu);
+    std::printf(
+        "%4zu %4d %2d %4d %2ld %5d %2d %-11s %2s | %7.2f %7.2f %7.2f %7.2f %7.2f %4d | "
+        "%8.4g %8.4g %8.4g %8.4g %8.4g %6.3f %7.1f\n",
+        i + 1, s.pp, s.tp, s.dp, static_cast<long>(s.microbatch), s.microbatches, s.chunks,
+        s.schedule.c_str(), s.scatter_gather ? "y" : "n", c.memory.weights / kGiB,
+        c.memory.gradients / kGiB, c.memory.optimizer / kGiB, c.memory.activations / kGiB,
+        c.memory.total() / kGiB, c.memory.in_flight, c.result.step_s, st.compute_s, st.tp_s,
+        tiny(st.idle_s), c.result.sync_exposed_s, c.result.bubble_fraction,
+        c.result.tflops_per_gpu);
   }
-  std::printf("(memory in GiB per GPU of the fullest stage; time in s, compute/tp/idle of "
-              "that stage)\n\n");
+  std::printf(
+      "(memory in GiB per GPU of the fullest stage; time in s, compute/tp/idle of "
+      "that stage)\n\n");
 
   // The notes' rules (docs/parallelism_3d.md): t up to the GPUs of a node,
   // the model-parallel size t·p just large enough to fit, d for the rest.
@@ -214,25 +261,26 @@ int cmd_plan(CliContext& ctx) {
   }
   size_t rule_rank = 0;  // ranked is fastest first: the first match is its best
   for (size_t i = 0; i < plan.ranked.size() && !rule_rank; ++i)
-    if (plan.ranked[i].spec.tp == rule_t && plan.ranked[i].spec.tp * plan.ranked[i].spec.pp ==
-                                                rule_mp)
+    if (plan.ranked[i].spec.tp == rule_t &&
+        plan.ranked[i].spec.tp * plan.ranked[i].spec.pp == rule_mp)
       rule_rank = i + 1;
   const auto& rule = plan.ranked[rule_rank - 1];
   auto mark = [](bool ok) { return ok ? "ok" : "no"; };
   std::printf("check t <= GPUs per node   %s  best t=%d, %d GPUs per node\n",
               mark(best.spec.tp <= cluster.gpus_per_node), best.spec.tp, cluster.gpus_per_node);
   std::printf("check p just large to fit  %s  best p=%d; the smallest p that fits at t=%d is %d\n",
-              mark(best.spec.pp == min_p_at_best_t), best.spec.pp, best.spec.tp,
-              min_p_at_best_t);
-  std::printf("check d to scale           %s  best d=%d; the smallest fitting t·p is %d, "
-              "leaving d=%d\n",
-              mark(best.spec.dp == cluster.gpus() / rule_mp), best.spec.dp, rule_mp,
-              cluster.gpus() / rule_mp);
-  std::printf("rule's grid                t=%d p=%d d=%d ranks %zu of %zu: %.1f TFLOP/s per GPU "
-              "vs the best %.1f (%+.1f %%)\n",
-              rule.spec.tp, rule.spec.pp, rule.spec.dp, rule_rank, plan.ranked.size(),
-              rule.result.tflops_per_gpu, best.result.tflops_per_gpu,
-              100.0 * (rule.result.tflops_per_gpu / best.result.tflops_per_gpu - 1.0));
+              mark(best.spec.pp == min_p_at_best_t), best.spec.pp, best.spec.tp, min_p_at_best_t);
+  std::printf(
+      "check d to scale           %s  best d=%d; the smallest fitting t·p is %d, "
+      "leaving d=%d\n",
+      mark(best.spec.dp == cluster.gpus() / rule_mp), best.spec.dp, rule_mp,
+      cluster.gpus() / rule_mp);
+  std::printf(
+      "rule's grid                t=%d p=%d d=%d ranks %zu of %zu: %.1f TFLOP/s per GPU "
+      "vs the best %.1f (%+.1f %%)\n",
+      rule.spec.tp, rule.spec.pp, rule.spec.dp, rule_rank, plan.ranked.size(),
+      rule.result.tflops_per_gpu, best.result.tflops_per_gpu,
+      100.0 * (rule.result.tflops_per_gpu / best.result.tflops_per_gpu - 1.0));
   return 0;
 }
 

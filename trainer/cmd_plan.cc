@@ -247,7 +247,7 @@ int cmd_plan(CliContext& ctx) {
       "(memory in GiB per GPU of the fullest stage; time in s, compute/tp/idle of "
       "that stage)\n\n");
 
-  // The notes' rules (docs/parallelism_3d.md): t up to the GPUs of a node,
+  // The notes' rules (docs/simulate.md, "psar plan"): t up to the GPUs of a node,
   // the model-parallel size t·p just large enough to fit, d for the rest.
   // The rule's grid: the smallest fitting t·p, at it the largest t; its best
   // candidate against the planner's first.

@@ -73,6 +73,17 @@ void check_step(const StepSpec& s, const ClusterSpec& c) {
                              " entries for p·v = ", s.pp * s.chunks, " virtual stages"));
 }
 
+int64_t stage_params(const StepSpec& s, int stage) {
+  const GptShape& g = s.model;
+  const int p = s.pp;
+  int64_t params = 0;
+  for (int c = 0; c < s.chunks; ++c)  // virtual stage c·p + stage (pp::Schedule::virtual_stage)
+    params += s.vstage_layers[static_cast<size_t>(c * p + stage)] * block_params(g);
+  if (stage == 0) params += g.vocab * g.hidden + g.seq * g.hidden;
+  if (stage == p - 1) params += 2 * g.hidden + (p > 1 ? g.vocab * g.hidden : 0);
+  return params / s.tp;
+}
+
 StepSpec step_from_config(const Config& c, const ClusterSpec& cluster) {
   if (c.get_string("model.type") != "gpt")
     throw ConfigError("model.type = " + c.get_string("model.type") +
@@ -245,17 +256,9 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
     }
   }
 
-  // Parameters per GPU of each stage: its blocks, the embedding on the
-  // first, the tied head's copy and the final layer norm on the last.
   const GptShape& g = s.model;
   for (int st = 0; st < p; ++st) {
-    int64_t params = 0;
-    for (int c = 0; c < v; ++c)
-      params += s.vstage_layers[static_cast<size_t>(schedule.virtual_stage(st, c))] *
-                block_params(g);
-    if (st == 0) params += g.vocab * g.hidden + g.seq * g.hidden;
-    if (st == p - 1) params += 2 * g.hidden + (p > 1 ? g.vocab * g.hidden : 0);
-    out.stages[static_cast<size_t>(st)].params = params / t;
+    out.stages[static_cast<size_t>(st)].params = stage_params(s, st);
     out.stages[static_cast<size_t>(st)].end_s = stage_end[static_cast<size_t>(st)];
   }
 

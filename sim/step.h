@@ -67,6 +67,11 @@ StepSpec step_from_config(const Config& config, const ClusterSpec& cluster);
 // The same checks on a spec built in code (the planner's).
 void check_step(const StepSpec& spec, const ClusterSpec& cluster);
 
+// Parameters one GPU of pipeline stage `stage` holds: its blocks, the
+// embedding (V·h + s·h) on the first, the tied head's copy (V·h, p > 1) and
+// the final layer norm on the last, all divided by t.
+int64_t stage_params(const StepSpec& spec, int stage);
+
 struct StageTimes {
   double compute_s = 0;  // Σ FLOP time and kernel overheads of its actions
   double tp_s = 0;       // Σ tensor-parallel all-reduces inside its actions

@@ -55,6 +55,7 @@ int cmd_bench_ps(CliContext&);
 int cmd_schedule(CliContext&);
 int cmd_keys(CliContext&);
 int cmd_simulate(CliContext&);
+int cmd_plan(CliContext&);
 
 // What `psar bench allreduce` runs without --algos: every host algorithm of
 // the allreduce registry, in its order (a registered one included).

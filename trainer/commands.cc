@@ -15,6 +15,8 @@ constexpr Subcommand kCommands[] = {
     {"keys", &cmd_keys, "list every configuration key (Markdown)"},
     {"schedule", &cmd_schedule, "print a pipeline schedule: --kind 1f1b --stages 4 --microbatches 8"},
     {"simulate", &cmd_simulate, "simulate a training step on a modelled cluster: psar simulate CONFIG.yaml"},
+    {"plan", &cmd_plan,
+     "rank the grids that fit in memory by simulated throughput: psar plan CONFIG.yaml --gpus N"},
 };
 }  // namespace
 

@@ -53,7 +53,8 @@ ps::PsOptions ps_options(const Config& config, const OptimizerOptions& optimizer
   o.interface = config.get_string("ps.interface");
   o.align_shards = config.get_bool("ps.align_shards");
   o.chunk_bytes = config.get_bytes("ps.chunk_bytes");
-  ps::chunk_floats_for(o.chunk_bytes);  // a ConfigError now rather than at launch
+  o.shard_chunks = config.get_int("ps.shard_chunks");
+  ps::chunk_floats_for(o.chunk_bytes, 0, o.shard_chunks);  // a ConfigError now rather than at launch
   o.timeout_s = config.get_duration("ps.timeout");
   if (!(o.timeout_s > 0))
     throw ConfigError("ps.timeout: must be positive, got " + std::to_string(o.timeout_s) + " s");

@@ -3,7 +3,7 @@
 // gradient to the server shards and pulls the updated parameters; the
 // optimizer runs on the servers (ps/). Configured by the `ps` section:
 // ps.servers, ps.colocated, ps.consistency (bsp | ssp | asp), ps.staleness,
-// ps.interface, ps.align_shards, ps.chunk_bytes, ps.timeout.
+// ps.interface, ps.align_shards, ps.chunk_bytes, ps.shard_chunks, ps.timeout.
 
 #include <memory>
 

@@ -28,6 +28,30 @@ void PsSync::step(std::span<float> params, std::span<float> grads) {
   rank_.client->push_pull(grads, params);
 }
 
+void PsSync::sync_range(int64_t offset, std::span<float> params, std::span<float> grads) {
+  ps::Client& client = *rank_.client;
+  if (!open_) {
+    // The ranges are slices of the arenas (GradientSync::sync_range), so
+    // the whole arenas start `offset` floats before them.
+    const auto size = static_cast<size_t>(client.size());
+    client.begin_push_pull(std::span<const float>(grads.data() - offset, size),
+                           std::span<float>(params.data() - offset, size));
+    open_ = true;
+  }
+  client.push_pull_range({offset, offset + static_cast<int64_t>(grads.size())});
+}
+
+void PsSync::finish(std::span<float> params, std::span<float> grads) {
+  ps::Client& client = *rank_.client;
+  if (rank_.server_thread) rank_.server_thread->check();  // on the main thread only
+  if (!open_) {  // no range of this step went through sync_range
+    client.begin_push_pull(grads, params);
+    client.push_pull_range({0, client.size()});
+  }
+  open_ = false;
+  client.end_push_pull();
+}
+
 CommCounters PsSync::counters() const {
   const ps::PsCounters& c = rank_.client->counters();
   CommCounters out;

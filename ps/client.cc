@@ -132,7 +132,7 @@ void Client::open_round(wire::MessageType type, int64_t clock, std::span<const f
   if (!broken_.empty()) throw CommError(who() + ": unusable after an earlier failure: " + broken_);
   PSAR_CHECK(!round_.open, "ps client: a ", type_name(type), " of step ", clock,
              " begins while a push_pull of step ", round_.clock, " is still open");
-  round_ = Round{type, clock, grads, params, {}, shards_.size(), true};
+  round_ = Round{type, clock, grads, params, {}, shards_.size(), true, {}};
   for (auto& s : shards_) {
     const int n = type == wire::MSG_BYE ? 1 : s.layout.chunks();
     s.answered.assign(static_cast<size_t>(n), 0);
@@ -173,6 +173,14 @@ void Client::push_pull_range(KeyRange keys) {
   PSAR_CHECK(0 <= keys.begin && keys.begin <= keys.end && keys.end <= size_,
              "ps client: push_pull_range ", to_string(keys), " outside the ", size_,
              " parameters");
+  if (keys.size() == 0) return;
+  // Ranges given so far this step, by begin: the new one must overlap none.
+  auto& given = round_.given;
+  const auto next = given.lower_bound(keys.begin);
+  PSAR_CHECK((next == given.end() || keys.end <= next->first) &&
+                 (next == given.begin() || std::prev(next)->second <= keys.begin),
+             "ps client: keys ", to_string(keys), " of step ", round_.clock, " given twice");
+  given.emplace(keys.begin, keys.end);
   for (auto& s : shards_) {
     const KeyRange& r = s.layout.range;
     if (keys.end <= r.begin || keys.begin >= r.end) continue;
@@ -181,11 +189,9 @@ void Client::push_pull_range(KeyRange keys) {
       const int64_t overlap =
           std::min(keys.end, chunk.end) - std::max(keys.begin, chunk.begin);
       if (overlap <= 0) continue;
-      int64_t& given = s.given[static_cast<size_t>(c)];
-      PSAR_CHECK(given >= 0 && given + overlap <= chunk.size(), "ps client: keys ",
-                 to_string(keys), " of step ", round_.clock, " given twice");
-      given += overlap;
-      if (given == chunk.size()) send_chunk(s, c);
+      int64_t& floats = s.given[static_cast<size_t>(c)];
+      floats += overlap;
+      if (floats == chunk.size()) send_chunk(s, c);
     }
   }
   collect(options_.timeout_s, /*block=*/false);

@@ -17,6 +17,7 @@
 // buffers once the exception propagates — and refuses further calls.
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -135,6 +136,7 @@ class Client {
     std::vector<zmq::pollitem_t> items;
     size_t busy = 0;
     bool open = false;
+    std::map<int64_t, int64_t> given;  // staged push_pull: key ranges given, begin -> end
   };
 
   ClientOptions options_;

@@ -53,7 +53,7 @@ Client::Client(const ClientOptions& options)
     for (size_t i = 0; i < options.shards.size(); ++i) {
       const ShardAddress& a = options.shards[i];
       shards_.push_back(Shard{a, ShardLayout{a.shard, a.range, options.chunk_floats},
-                              std::move(sockets[i]), {}, 0});
+                              std::move(sockets[i]), {}, {}, 0});
       if (verdict[i] >= 0)
         failed += (failed.empty() ? "" : "; ") + std::string("shard ") + std::to_string(a.shard) +
                   " at " + unreachable(a.endpoint, a.host, verdict[i]);
@@ -71,7 +71,8 @@ Client::Client(const ClientOptions& options)
 }
 
 Client::~Client() {
-  if (!closed_ && broken_.empty()) {
+  // A push_pull left open (its caller failed) cannot be followed by a goodbye.
+  if (!closed_ && broken_.empty() && !round_.open) {
     try {
       round(wire::MSG_BYE, clock_, {}, {}, std::min(options_.timeout_s, kGoodbyeTimeout));
     } catch (const std::exception& e) {
@@ -114,40 +115,113 @@ void Client::close() {
 
 void Client::round(wire::MessageType type, int64_t clock, std::span<const float> grads,
                    std::span<float> params, double timeout_s) {
-  if (closed_) throw CommError(who() + ": already closed");
-  if (!broken_.empty()) throw CommError(who() + ": unusable after an earlier failure: " + broken_);
-  const double deadline = now_seconds() + timeout_s + kServerDiagnosisGrace;
+  open_round(type, clock, grads, params);
   // One request per chunk (a goodbye: one per shard), chunk 0 of every shard
   // first, so that every server has work as early as possible.
   int most = 0;
+  for (const auto& s : shards_) most = std::max(most, s.waiting);
+  for (int c = 0; c < most; ++c)
+    for (auto& s : shards_)
+      if (c < static_cast<int>(s.answered.size())) send_chunk(s, c);
+  collect(timeout_s, /*block=*/true);
+}
+
+void Client::open_round(wire::MessageType type, int64_t clock, std::span<const float> grads,
+                        std::span<float> params) {
+  if (closed_) throw CommError(who() + ": already closed");
+  if (!broken_.empty()) throw CommError(who() + ": unusable after an earlier failure: " + broken_);
+  PSAR_CHECK(!round_.open, "ps client: a ", type_name(type), " of step ", clock,
+             " begins while a push_pull of step ", round_.clock, " is still open");
+  round_ = Round{type, clock, grads, params, {}, shards_.size(), true, {}};
   for (auto& s : shards_) {
     const int n = type == wire::MSG_BYE ? 1 : s.layout.chunks();
     s.answered.assign(static_cast<size_t>(n), 0);
+    s.given.assign(static_cast<size_t>(n), 0);
     s.waiting = n;
-    most = std::max(most, n);
+    round_.items.push_back({s.socket.handle(), 0, ZMQ_POLLIN, 0});
   }
-  try {
-    for (int c = 0; c < most; ++c)
-      for (auto& s : shards_)
-        if (c < s.waiting)
-          send_request(s, type, clock, type == wire::MSG_BYE ? s.address.range : s.layout.chunk(c),
-                       grads);
-  } catch (const zmq::error_t& e) {
-    teardown(e.what());
-    throw CommError(who() + ": " + type_name(type) + " of step " + std::to_string(clock) +
-                    ": send failed: " + e.what());
-  }
-  std::vector<zmq::pollitem_t> items;
-  for (auto& s : shards_) items.push_back({s.socket.handle(), 0, ZMQ_POLLIN, 0});
-  size_t busy = shards_.size();
   min_version_ = std::numeric_limits<int64_t>::max();
   in_flight_.clear();
+}
+
+void Client::send_chunk(Shard& s, int chunk) {
+  const wire::MessageType type = round_.type;
+  try {
+    send_request(s, type, round_.clock,
+                 type == wire::MSG_BYE ? s.address.range : s.layout.chunk(chunk), round_.grads);
+    s.given[static_cast<size_t>(chunk)] = -1;  // sent
+  } catch (const zmq::error_t& e) {
+    teardown(e.what());
+    throw CommError(who() + ": " + type_name(type) + " of step " + std::to_string(round_.clock) +
+                    ": send failed: " + e.what());
+  }
+}
+
+void Client::begin_push_pull(std::span<const float> grads, std::span<float> params) {
+  PSAR_CHECK(
+      static_cast<int64_t>(grads.size()) == size_ && static_cast<int64_t>(params.size()) == size_,
+      "ps client: push_pull of ", grads.size(), " gradients into ", params.size(),
+      " parameters, the shards hold ", size_);
+  open_round(wire::MSG_PUSH_PULL, clock_, grads, params);
+  for (auto& s : shards_)  // an empty shard's one empty chunk is final at once
+    if (s.layout.range.size() == 0) send_chunk(s, 0);
+}
+
+void Client::push_pull_range(KeyRange keys) {
+  PSAR_CHECK(round_.open && round_.type == wire::MSG_PUSH_PULL,
+             "ps client: push_pull_range outside begin_push_pull/end_push_pull");
+  PSAR_CHECK(0 <= keys.begin && keys.begin <= keys.end && keys.end <= size_,
+             "ps client: push_pull_range ", to_string(keys), " outside the ", size_,
+             " parameters");
+  if (keys.size() == 0) return;
+  // Ranges given so far this step, by begin: the new one must overlap none.
+  auto& given = round_.given;
+  const auto next = given.lower_bound(keys.begin);
+  PSAR_CHECK((next == given.end() || keys.end <= next->first) &&
+                 (next == given.begin() || std::prev(next)->second <= keys.begin),
+             "ps client: keys ", to_string(keys), " of step ", round_.clock, " given twice");
+  given.emplace(keys.begin, keys.end);
+  for (auto& s : shards_) {
+    const KeyRange& r = s.layout.range;
+    if (keys.end <= r.begin || keys.begin >= r.end) continue;
+    for (int c = 0; c < s.layout.chunks(); ++c) {
+      const KeyRange chunk = s.layout.chunk(c);
+      const int64_t overlap =
+          std::min(keys.end, chunk.end) - std::max(keys.begin, chunk.begin);
+      if (overlap <= 0) continue;
+      int64_t& floats = s.given[static_cast<size_t>(c)];
+      floats += overlap;
+      if (floats == chunk.size()) send_chunk(s, c);
+    }
+  }
+  collect(options_.timeout_s, /*block=*/false);
+}
+
+void Client::end_push_pull() {
+  PSAR_CHECK(round_.open && round_.type == wire::MSG_PUSH_PULL,
+             "ps client: end_push_pull without begin_push_pull");
+  for (const auto& s : shards_)
+    for (int c = 0; c < static_cast<int>(s.given.size()); ++c)
+      PSAR_CHECK(s.given[static_cast<size_t>(c)] < 0, "ps client: end_push_pull of step ",
+                 round_.clock, " before keys ", to_string(s.layout.chunk(c)), " were given");
+  collect(options_.timeout_s, /*block=*/true);
+  ++clock_;
+}
+
+void Client::collect(double timeout_s, bool block) {
+  const wire::MessageType type = round_.type;
+  const int64_t clock = round_.clock;
+  const std::span<float> params = round_.params;
+  auto& items = round_.items;
+  const double deadline = now_seconds() + timeout_s + kServerDiagnosisGrace;
   auto answered = [&](size_t i) {
     if (--shards_[i].waiting == 0) {
       items[i].events = 0;  // every chunk answered
-      --busy;
+      --round_.busy;
     }
   };
+  for (size_t i = 0; i < items.size(); ++i)
+    items[i].events = shards_[i].waiting > 0 ? ZMQ_POLLIN : 0;
   // Emulated ingress: replies from every shard in the order they left their
   // servers, each once the wire could have delivered it (egress end + latency).
   auto deliver = [&]() -> double {
@@ -158,9 +232,10 @@ void Client::round(wire::MessageType type, int64_t clock, std::span<const float>
     }
     return next;
   };
-  while (busy > 0) {
-    const long ms = poll_millis_before(deliver(), poll_millis(deadline, kPollSlice));
-    if (busy == 0) break;
+  while (round_.busy > 0) {
+    const long ms =
+        block ? poll_millis_before(deliver(), poll_millis(deadline, kPollSlice)) : (deliver(), 0L);
+    if (round_.busy == 0) break;
     zmq::poll(items.data(), items.size(), std::chrono::milliseconds(ms));
     for (size_t i = 0; i < items.size(); ++i) {
       if (items[i].events == 0 || !(items[i].revents & ZMQ_POLLIN)) continue;
@@ -169,7 +244,8 @@ void Client::round(wire::MessageType type, int64_t clock, std::span<const float>
         if (t == Took::kDone) answered(i);
     }
     if (options_.nic) deliver();
-    if (busy > 0 && now_seconds() >= deadline) {
+    if (!block) return;  // a staged push_pull takes what has arrived, waits in end_push_pull
+    if (round_.busy > 0 && now_seconds() >= deadline) {
       std::string missing;
       for (size_t i = 0; i < items.size(); ++i)
         if (items[i].events != 0)
@@ -184,6 +260,7 @@ void Client::round(wire::MessageType type, int64_t clock, std::span<const float>
       throw TimeoutError(text);
     }
   }
+  round_.open = false;
   // Every shard answered, so ZeroMQ has written our payload frames; it lets go
   // of them right after. The caller may reuse `grads` only once it has.
   if (!borrowed_.wait_released(deadline)) {
@@ -294,6 +371,7 @@ void Client::fail_protocol(const std::string& what) {
 
 void Client::teardown(const std::string& why) {
   if (broken_.empty()) broken_ = why;
+  round_.open = false;
   // Closing with linger 0 and terminating the context drops every queued
   // frame and waits until ZeroMQ has released all of them.
   for (auto& s : shards_) s.socket.close();

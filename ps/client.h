@@ -17,6 +17,7 @@
 // buffers once the exception propagates — and refuses further calls.
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -66,6 +67,19 @@ class Client {
   void push_pull(std::span<const float> grads, std::span<float> params);
   void push(std::span<const float> grads);  // gradient of step clock(); clock() advances
   void pull(std::span<float> params);       // parameters for step clock()
+
+  // push_pull in parts, for the overlap of the sync with the backward
+  // (docs/overlap.md): begin_push_pull opens step clock() on the two
+  // M-float buffers, which must outlive it; push_pull_range says the
+  // gradients of `keys` are final — every chunk whose floats are now all
+  // given is sent (zero-copy), and the replies that have arrived are copied
+  // into `params` without waiting; end_push_pull, once every key was given
+  // exactly once, waits (deadline ps.timeout + 1 s) for the rest of the
+  // replies and advances clock(). The servers see the same chunk messages as
+  // from push_pull, so BSP, SSP and ASP and their deadlines hold unchanged.
+  void begin_push_pull(std::span<const float> grads, std::span<float> params);
+  void push_pull_range(KeyRange keys);
+  void end_push_pull();
   // Goodbye to every shard, after clock() steps; waits for their acks.
   void close();
 
@@ -81,10 +95,18 @@ class Client {
     ShardLayout layout;
     zmq::socket_t socket;
     std::vector<char> answered;  // by chunk, in the current round
+    std::vector<int64_t> given;  // by chunk: floats given (staged push_pull); -1 once sent
     int waiting = 0;             // replies still due in the current round
   };
+  // One round: open_round, send_chunk for every chunk, collect(block).
   void round(wire::MessageType type, int64_t clock, std::span<const float> grads,
              std::span<float> params, double timeout_s);
+  void open_round(wire::MessageType type, int64_t clock, std::span<const float> grads,
+                  std::span<float> params);
+  void send_chunk(Shard& shard, int chunk);
+  // Takes the replies that arrived; with `block`, until every chunk is
+  // answered (deadline timeout_s + 1 s from now), then closes the round.
+  void collect(double timeout_s, bool block);
   void send_request(Shard& shard, wire::MessageType type, int64_t clock, KeyRange keys,
                     std::span<const float> grads);
   // A reply from shards_[shard]: its frames (header, payload).
@@ -105,8 +127,22 @@ class Client {
   void teardown(const std::string& why);
   std::string who() const;
 
+  // The round in progress: its request type, clock, the caller's buffers,
+  // a poll item per shard and the shards still to answer every chunk.
+  struct Round {
+    wire::MessageType type = wire::MSG_BYE;
+    int64_t clock = 0;
+    std::span<const float> grads;
+    std::span<float> params;
+    std::vector<zmq::pollitem_t> items;
+    size_t busy = 0;
+    bool open = false;
+    std::map<int64_t, int64_t> given;  // staged push_pull: key ranges given, begin -> end
+  };
+
   ClientOptions options_;
   int64_t size_ = 0;
+  Round round_;
   zmq::context_t context_{1};
   std::vector<Shard> shards_;
   int64_t clock_ = 0;

@@ -75,6 +75,7 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
 
   const auto plan = plan_shards(static_cast<int64_t>(initial.size()), S,
                                 options.align_shards ? infos : std::span<const ParamInfo>{});
+  const int64_t chunk_floats = plan_chunk_floats(options.chunk_bytes, options.shard_chunks, plan);
   const auto endpoints = exchange_endpoints(
       world,
       [&]() -> std::string {
@@ -83,7 +84,7 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
         ServerOptions so;
         so.shard = me.shard;
         so.range = plan[me.shard];
-        so.chunk_floats = chunk_floats_for(options.chunk_bytes);
+        so.chunk_floats = chunk_floats;
         so.workers = me.workers;
         so.token = token;
         so.consistency = options.consistency;
@@ -121,7 +122,7 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
     co.token = token;
     co.timeout_s = options.timeout_s;
     co.shards = me.shards;
-    co.chunk_floats = chunk_floats_for(options.chunk_bytes);
+    co.chunk_floats = chunk_floats;
     co.nic = world.network();
     co.host = here.hostname;
     co.first_clock = options.first_clock;

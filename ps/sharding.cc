@@ -39,6 +39,22 @@ int64_t chunk_floats_for(int64_t chunk_bytes) {
   return std::max<int64_t>(1, chunk_bytes / 4);
 }
 
+int64_t chunk_floats_for(int64_t chunk_bytes, int64_t shard_floats, int64_t shard_chunks) {
+  if (shard_chunks < 1)
+    throw ConfigError("ps.shard_chunks: must be at least 1, got " + std::to_string(shard_chunks));
+  const int64_t most = chunk_floats_for(chunk_bytes);
+  const int64_t least = std::min(most, kMinChunkBytes / static_cast<int64_t>(sizeof(float)));
+  const int64_t even = (std::max<int64_t>(shard_floats, 0) + shard_chunks - 1) / shard_chunks;
+  return std::clamp(even, least, most);
+}
+
+int64_t plan_chunk_floats(int64_t chunk_bytes, int64_t shard_chunks,
+                          std::span<const KeyRange> plan) {
+  int64_t largest = 0;
+  for (const KeyRange& r : plan) largest = std::max(largest, r.size());
+  return chunk_floats_for(chunk_bytes, largest, shard_chunks);
+}
+
 std::vector<KeyRange> plan_shards(int64_t size, int shards, std::span<const ParamInfo> align_to) {
   if (shards < 1)
     throw ConfigError("ps.servers: need at least one server shard, got " + std::to_string(shards));

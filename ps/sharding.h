@@ -6,6 +6,10 @@
 // the unit of aggregation and of a message, so a large push streams as several
 // messages and the server updates and answers the first chunks while the later
 // ones are still on the wire (pipelining, as BytePS partitions large tensors).
+// A shard smaller than ps.shard_chunks chunks of ps.chunk_bytes is cut into
+// ps.shard_chunks smaller chunks (none below kMinChunkBytes), so that a
+// mid-size push_pull pipelines too instead of travelling as one message that
+// the server can only update once it has all of it (results/ps_bench/).
 //
 // Balanced (default): shard s owns [s·M/S, (s+1)·M/S), so sizes differ by at
 // most one float and every server carries the same share of the traffic.
@@ -49,6 +53,17 @@ struct ShardLayout {
 
 // Floats per chunk for a chunk size in bytes (at least one float).
 int64_t chunk_floats_for(int64_t chunk_bytes);
+
+constexpr int64_t kMinChunkBytes = 64 << 10;  // below it a message's fixed cost dominates
+// Floats per chunk of a shard of `shard_floats` floats: ps.chunk_bytes, or
+// less so that the shard streams as `shard_chunks` chunks (ps.shard_chunks;
+// 1 = always ps.chunk_bytes), but never less than kMinChunkBytes (nor more
+// than ps.chunk_bytes). Throws ConfigError for shard_chunks < 1.
+int64_t chunk_floats_for(int64_t chunk_bytes, int64_t shard_floats, int64_t shard_chunks);
+// The one chunk size of a job, the same on every server and worker:
+// chunk_floats_for its largest shard.
+int64_t plan_chunk_floats(int64_t chunk_bytes, int64_t shard_chunks,
+                          std::span<const KeyRange> plan);
 
 // `size` floats over `shards` servers; with `align_to` non-empty, boundaries
 // snap to tensor boundaries (offsets of align_to, which must tile [0, size)).

@@ -7,7 +7,8 @@
 // For every S of --servers that leaves a worker among the W ranks, ranks
 // 0..S-1 serve and the N = W - S others work. For every size b, b·f, … ≤ e
 // bytes (M = size/4 floats): a fresh bsp job of S dedicated shards (launch_ps;
-// M split evenly, each shard streamed in ps.chunk_bytes messages; plain SGD
+// M split evenly, each shard streamed in chunks of at most ps.chunk_bytes,
+// ps.shard_chunks of them when it is smaller (ps/sharding.h); plain SGD
 // unless --set optimizer.*), and beside it S echo servers (ps/raw_echo.h) on
 // the same ranks, sent the same messages.
 // Each worker makes w warm-up calls of each, then n timed calls of each in
@@ -19,7 +20,9 @@
 //   zmq_raw: EchoClient::round_trip — the same messages out and back, nothing
 //            else (--set ps.chunk_bytes=64M: one message per shard, unchunked).
 // bandwidth = 2·size / time in GB/s (1e9 B/s): the bytes one worker pushes and
-// pulls per second. CSV columns: mode,servers,workers,size,time_us,bandwidth.
+// pulls per second; raw/ps (CSV raw_ratio) = raw time / this mode's time, at
+// every size (1 = as fast as the transport's ceiling). CSV columns:
+// mode,servers,workers,size,time_us,bandwidth,raw_ratio.
 // --volume-csv adds one more push_pull per point, counted on its own: payload
 // bytes and messages sent by all workers and shards together and by the
 // busiest rank (docs/theory.md: N·M pushed, N·M pulled), in the columns of
@@ -163,8 +166,10 @@ Timing measure(Comm& world, const BenchOptions& o, const ps::PsOptions& po, int6
     Comm& workers = *me.worker_comm;
     std::vector<std::string> endpoints(echo_endpoints.begin(), echo_endpoints.begin() + S);
     std::vector<ps::ShardLayout> layouts;
-    for (const auto& a : me.shards)
-      layouts.push_back({a.shard, a.range, ps::chunk_floats_for(po.chunk_bytes)});
+    std::vector<ps::KeyRange> plan;
+    for (const auto& a : me.shards) plan.push_back(a.range);
+    const int64_t chunk_floats = ps::plan_chunk_floats(po.chunk_bytes, po.shard_chunks, plan);
+    for (const auto& a : me.shards) layouts.push_back({a.shard, a.range, chunk_floats});
     ps::EchoClient raw(endpoints, layouts, po.timeout_s);
     const std::vector<float> grads(static_cast<size_t>(count), 1e-3f);
     std::vector<float> params(static_cast<size_t>(count));
@@ -227,8 +232,10 @@ int cmd_bench_ps(CliContext& ctx) {
   if (root) {
     std::printf(
         "# psar bench ps: %d ranks; bsp push_pull (optimizer %s, lr %g, momentum %g) "
-        "vs raw ZeroMQ echo of the same messages (chunks of %s)\n",
-        W, opt.type.c_str(), opt.lr, opt.momentum, format_bytes(po.chunk_bytes).c_str());
+        "vs raw ZeroMQ echo of the same messages (chunks of at most %s, %lld per shard when "
+        "smaller, none below %s)\n",
+        W, opt.type.c_str(), opt.lr, opt.momentum, format_bytes(po.chunk_bytes).c_str(),
+        static_cast<long long>(po.shard_chunks), format_bytes(ps::kMinChunkBytes).c_str());
     std::printf(
         "# iters %d in %d rounds, warmup %d; time = median over rounds of the max over "
         "workers; bw = 2*size/time\n#\n",
@@ -236,7 +243,7 @@ int cmd_bench_ps(CliContext& ctx) {
     std::printf("# %7s %7s %12s %12s %12s %10s %12s %10s %8s\n", "servers", "workers", "size",
                 "count", "ps(us)", "ps(GB/s)", "raw(us)", "raw(GB/s)", "raw/ps");
   }
-  CsvWriter csv({"mode", "servers", "workers", "size", "time_us", "bandwidth"});
+  CsvWriter csv({"mode", "servers", "workers", "size", "time_us", "bandwidth", "raw_ratio"});
   // The columns of `psar bench allreduce --volume-csv`, so that one report
   // reads both; `ranks` counts the workers N (the S shards come on top).
   CsvWriter volume_csv({"algo", "ranks", "size", "count", "bytes_sent_total",
@@ -270,7 +277,8 @@ int cmd_bench_ps(CliContext& ctx) {
         for (const auto& [mode, time, bw] :
              {std::tuple{"ps", t.ps_s, ps_bw}, std::tuple{"zmq_raw", t.raw_s, raw_bw}})
           csv.row({mode, CsvWriter::num(S), CsvWriter::num(N), CsvWriter::num(size),
-                   CsvWriter::num(time * 1e6), CsvWriter::num(bw)});
+                   CsvWriter::num(time * 1e6), CsvWriter::num(bw),
+                   CsvWriter::num(t.raw_s / time)});
       }
       ++measured;
       if (size > o.max_bytes / o.factor) break;  // the next size would pass -e

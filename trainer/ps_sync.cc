@@ -30,6 +30,30 @@ void PsSync::step(std::span<float> params, std::span<float> grads) {
   rank_.client->push_pull(grads, params);
 }
 
+void PsSync::sync_range(int64_t offset, std::span<float> params, std::span<float> grads) {
+  ps::Client& client = *rank_.client;
+  if (!open_) {
+    // The ranges are slices of the arenas (GradientSync::sync_range), so
+    // the whole arenas start `offset` floats before them.
+    const auto size = static_cast<size_t>(client.size());
+    client.begin_push_pull(std::span<const float>(grads.data() - offset, size),
+                           std::span<float>(params.data() - offset, size));
+    open_ = true;
+  }
+  client.push_pull_range({offset, offset + static_cast<int64_t>(grads.size())});
+}
+
+void PsSync::finish(std::span<float> params, std::span<float> grads) {
+  ps::Client& client = *rank_.client;
+  if (rank_.server_thread) rank_.server_thread->check();  // on the main thread only
+  if (!open_) {  // no range of this step went through sync_range
+    client.begin_push_pull(grads, params);
+    client.push_pull_range({0, client.size()});
+  }
+  open_ = false;
+  client.end_push_pull();
+}
+
 CommCounters PsSync::counters() const {
   const ps::PsCounters& c = rank_.client->counters();
   CommCounters out;
@@ -55,7 +79,8 @@ ps::PsOptions ps_options(const Config& config, const OptimizerOptions& optimizer
   o.interface = config.get_string("ps.interface");
   o.align_shards = config.get_bool("ps.align_shards");
   o.chunk_bytes = config.get_bytes("ps.chunk_bytes");
-  ps::chunk_floats_for(o.chunk_bytes);  // a ConfigError now rather than at launch
+  o.shard_chunks = config.get_int("ps.shard_chunks");
+  ps::chunk_floats_for(o.chunk_bytes, 0, o.shard_chunks);  // a ConfigError now rather than at launch
   o.timeout_s = config.get_duration("ps.timeout");
   if (!(o.timeout_s > 0))
     throw ConfigError("ps.timeout: must be positive, got " + std::to_string(o.timeout_s) + " s");

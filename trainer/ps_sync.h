@@ -3,7 +3,7 @@
 // gradient to the server shards and pulls the updated parameters; the
 // optimizer runs on the servers (ps/). Configured by the `ps` section:
 // ps.servers, ps.colocated, ps.consistency (bsp | ssp | asp), ps.staleness,
-// ps.interface, ps.align_shards, ps.chunk_bytes, ps.timeout.
+// ps.interface, ps.align_shards, ps.chunk_bytes, ps.shard_chunks, ps.timeout.
 
 #include <memory>
 
@@ -19,6 +19,12 @@ class PsSync final : public GradientSync {
 
   std::string name() const override { return "ps"; }
   void step(std::span<float> params, std::span<float> grads) override;
+  // Overlap (docs/overlap.md): each range's chunks are pushed as soon as all
+  // their gradients are final, and their parameters pulled into the arena as
+  // the servers answer; finish() waits for the rest of the step's replies.
+  bool overlaps() const override { return true; }
+  void sync_range(int64_t offset, std::span<float> params, std::span<float> grads) override;
+  void finish(std::span<float> params, std::span<float> grads) override;
   // Payload floats this worker pushed (sent) and pulled (received), in bytes.
   CommCounters counters() const override;
   const ps::PsCounters& client_counters() const { return rank_.client->counters(); }
@@ -27,6 +33,7 @@ class PsSync final : public GradientSync {
 
  private:
   ps::PsRank rank_;
+  bool open_ = false;  // a staged push_pull of this step is under way
 };
 
 // The `ps` section of a configuration, with the trainer's optimizer.

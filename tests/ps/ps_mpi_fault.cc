@@ -4,6 +4,8 @@
 //
 //   ps_mpi_fault stall RANK [--set key=value ...]  rank RANK stops pushing and sleeps
 //   ps_mpi_fault exit RANK [--set ...]             rank RANK _exit(0)s without MPI_Finalize
+// With --set sync.overlap=true the culprit fails in the middle of a step
+// pushed in parts (GradientSync::sync_range), after its back half.
 //
 // Every other rank behaves like psar's main(): an error is printed and the
 // job is aborted (MPI_Abort), which also ends the sleeping rank.
@@ -45,7 +47,18 @@ int main(int argc, char** argv) {
     if (setup.serve) {
       setup.serve();
     } else {
+      // With sync.overlap the steps go through sync_range in two halves (the
+      // back half first, as a backward would) and finish(), and the culprit
+      // fails between the halves: in the middle of an overlapped step.
+      const bool staged = cfg.get_bool("sync.overlap");
+      const auto half = static_cast<size_t>(kSize / 2);
+      auto sync_back_half = [&] {
+        setup.sync->sync_range(kSize / 2, store.params().subspan(half), store.grads().subspan(half));
+      };
       for (int64_t t = 0; t < kSteps; ++t) {
+        auto g = ps::testing::make_grad(setup.workers->rank(), t, kSize);
+        std::copy(g.begin(), g.end(), store.grads().begin());
+        if (staged) sync_back_half();
         if (world.rank() == culprit && t == kStepsBefore) {
           std::fprintf(stderr, "ps_mpi_fault: rank %d %s at step %ld\n", culprit, mode.c_str(),
                        static_cast<long>(t));
@@ -53,9 +66,12 @@ int main(int argc, char** argv) {
           if (mode == "exit") std::_Exit(0);
           std::this_thread::sleep_for(std::chrono::minutes(10));
         }
-        auto g = ps::testing::make_grad(setup.workers->rank(), t, kSize);
-        std::copy(g.begin(), g.end(), store.grads().begin());
-        setup.sync->step(store.params(), store.grads());
+        if (!staged) {
+          setup.sync->step(store.params(), store.grads());
+          continue;
+        }
+        setup.sync->sync_range(0, store.params().first(half), store.grads().first(half));
+        setup.sync->finish(store.params(), store.grads());
       }
     }
   } catch (const std::exception& e) {

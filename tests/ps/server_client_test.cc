@@ -78,6 +78,47 @@ TEST_P(BspJob, EveryWorkerEndsWithTheReferenceAndCountersAreExact) {
   EXPECT_EQ(servers.rejected, 0);
 }
 
+// The overlap's staged push_pull: each worker gives the keys of a step in
+// ranges of its own (cut at 1, 2, 3, … floats, back to front, so that ranges
+// cut chunks and shards); the result is the reference, bit for bit the
+// shards' parameters, with the same messages as push_pull.
+TEST_P(BspJob, AStagedPushPullInRangesOfAnyCutEqualsTheReference) {
+  const auto [workers, shards, size, chunk] = GetParam();
+  constexpr int64_t kSteps = 3;
+  const auto init = initial_params(size);
+  ServerOptions base = testing::server_options();
+  base.chunk_floats = chunk;
+  LocalJob job(init, shards, workers, base);
+  std::vector<std::vector<float>> finals(static_cast<size_t>(workers));
+  run_workers(workers, [&](int w) {
+    Client client(job.client(w));
+    std::vector<float> params = init;
+    for (int64_t t = 0; t < kSteps; ++t) {
+      const auto grads = make_grad(w, t, size);
+      client.begin_push_pull(grads, params);
+      int64_t end = size, cut = 1 + w;
+      for (; end > 0; end -= cut, cut = cut * 2 + 1)
+        client.push_pull_range({std::max<int64_t>(0, end - cut), end});
+      client.end_push_pull();
+    }
+    EXPECT_EQ(client.clock(), kSteps);
+    EXPECT_EQ(client.counters().messages_out,
+              kSteps * [&] {
+                int64_t n = 0;
+                for (auto& sh : job.servers) n += sh->server().layout().chunks();
+                return n;
+              }());
+    client.close();
+    finals[w] = params;
+  });
+  job.join();
+  const auto ref = reference_bsp(init, workers, kSteps, testing::sgd());
+  for (int w = 0; w < workers; ++w) {
+    EXPECT_LT(relative_error(finals[w], ref), 1e-6) << "worker " << w;
+    EXPECT_EQ(finals[w], job.params()) << "worker " << w << " holds the shards' bits";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, BspJob,
                          ::testing::Values(JobCase{1, 1, 1000}, JobCase{1, 3, 1}, JobCase{2, 1, 0},
                                            JobCase{2, 2, 4097}, JobCase{3, 4, 3},
@@ -145,6 +186,28 @@ TEST(Client, PushThenPullEqualsPushPull) {
   job.join();
   EXPECT_EQ(params, job.params());
   EXPECT_LT(relative_error(params, reference_bsp(init, 1, 2, testing::sgd())), 1e-6);
+}
+
+TEST(Client, AStagedPushPullRefusesKeysGivenTwiceOrAnEndBeforeEveryKey) {
+  constexpr int64_t kSize = 100;
+  const auto init = initial_params(kSize);
+  std::vector<float> params = init;
+  const auto grads = make_grad(0, 0, kSize);
+  {
+    LocalJob job(init, 2, 1);
+    Client client(job.client(0));
+    client.begin_push_pull(grads, params);
+    client.push_pull_range({0, 30});
+    EXPECT_THROW(client.push_pull_range({20, 40}), Error);
+    EXPECT_THROW(client.push_pull_range({90, 101}), Error);
+  }
+  {
+    LocalJob job(init, 2, 1);
+    Client client(job.client(0));
+    client.begin_push_pull(grads, params);
+    client.push_pull_range({0, 99});
+    EXPECT_THROW(client.end_push_pull(), Error);
+  }
 }
 
 // launch_ps over the in-process transport: endpoints and the token travel

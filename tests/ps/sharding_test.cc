@@ -87,5 +87,23 @@ TEST(AlignedPlan, SplitsNoTensorForAnyShardCount) {
 
 TEST(Plan, RejectsZeroShards) { EXPECT_THROW(plan_shards(10, 0), ConfigError); }
 
+TEST(ChunkSize, ASmallerShardStreamsInShardChunksPiecesButNoneBelowTheFloor) {
+  constexpr int64_t kMiB = (1 << 20) / 4;  // floats
+  constexpr int64_t kFloor = kMinChunkBytes / 4;
+  EXPECT_EQ(chunk_floats_for(1 << 20, 64 * kMiB, 4), kMiB);        // large: ps.chunk_bytes
+  EXPECT_EQ(chunk_floats_for(1 << 20, kMiB, 4), kMiB / 4);         // 1 MiB: four of 256 KiB
+  EXPECT_EQ(chunk_floats_for(1 << 20, kMiB + 1, 4), kMiB / 4 + 1); // rounds up, still four
+  EXPECT_EQ(chunk_floats_for(1 << 20, kMiB / 16, 4), kFloor);      // 64 KiB: one chunk
+  EXPECT_EQ(chunk_floats_for(1 << 20, 0, 4), kFloor);
+  EXPECT_EQ(chunk_floats_for(1 << 20, kMiB, 1), kMiB);             // 1: off
+  EXPECT_EQ(chunk_floats_for(1024, kMiB, 4), 256);                 // never above ps.chunk_bytes
+  EXPECT_THROW(chunk_floats_for(1 << 20, kMiB, 0), ConfigError);
+}
+
+TEST(ChunkSize, OneSizeForTheJobFromItsLargestShard) {
+  const std::vector<KeyRange> plan{{0, 1000}, {1000, 300000}, {300000, 300001}};
+  EXPECT_EQ(plan_chunk_floats(1 << 20, 4, plan), 299000 / 4);
+}
+
 }  // namespace
 }  // namespace psar::ps

@@ -25,7 +25,6 @@ namespace psar {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::relative_difference;
 
 // ---- the bucket plan ------------------------------------------------------------
@@ -160,11 +159,28 @@ TEST(Overlap3d, A222RunWithItsTiedEmbeddingEqualsTheNonOverlappedRun) {
   }
 }
 
-TEST(OverlapErrors, TheParameterServerIsAConfigError) {
-  const std::string message = testing::train_config_error(
-      2, mlp({"sync.backend=ps", "sync.overlap=true", "ps.colocated=true"}));
-  EXPECT_THAT(message, HasSubstr("sync.overlap: the ps backend syncs the whole model after the "
-                                 "backward only"));
+// The parameter server in-process: a shard co-located in each of the 4
+// ranks, chunks of 1 KiB so that a bucket's chunks go out while the backward
+// computes the next bucket, and ranges that cut chunks (priority chunks of 1 KiB
+// against buckets of 4 KiB and shards that do not start on a chunk boundary).
+TEST(OverlapPs, CoLocatedShardsEqualTheNonOverlappedRunForBothPriorities) {
+  ops::set_blas_threads(1);
+  const std::vector<std::string> ps = {"sync.backend=ps", "ps.colocated=true", "ps.servers=3",
+                                       "ps.chunk_bytes=1K", "ps.timeout=20s"};
+  for (const char* priority : {"fifo", "front_first"}) {
+    auto sets = ps;
+    for (const auto& s : overlap_sets({"ps", priority}, "4K")) sets.push_back(s);
+    expect_equal_to_plain(4, mlp(ps), mlp(sets));
+  }
+}
+
+TEST(OverlapPs, ShardChunksAndABucketPerTensorEqualTheNonOverlappedRun) {
+  ops::set_blas_threads(1);
+  const std::vector<std::string> ps = {"sync.backend=ps", "ps.colocated=true", "ps.servers=2",
+                                       "ps.shard_chunks=4", "ps.timeout=20s"};
+  auto sets = ps;
+  for (const auto& s : overlap_sets({"ps", "fifo"}, "1K")) sets.push_back(s);
+  expect_equal_to_plain(2, mlp(ps), mlp(sets));
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/mpi_comm.h"
-#include "core/ops.h"
+#include "tests/common/mpi_world.h"
 #include "tests/pp/pipeline_fixture.h"
 #include "tests/trainer/train_fixture.h"
 #include "trainer/trainer.h"
@@ -17,10 +17,7 @@ namespace {
 
 using testing::PipelineCase;
 
-MpiComm& world() {
-  static MpiComm c(MPI_COMM_WORLD);
-  return c;
-}
+MpiComm& world() { return testing::mpi_world(); }
 
 class MpiPipeline : public ::testing::TestWithParam<PipelineCase> {};
 
@@ -72,15 +69,3 @@ INSTANTIATE_TEST_SUITE_P(Schedules, MpiGptPipeline,
 
 }  // namespace
 }  // namespace psar
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  psar::MpiRuntime mpi(&argc, &argv);
-  psar::ops::set_blas_threads(1);
-  if (psar::world().rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  return psar::world().allreduce_max(rc) != 0 ? 1 : 0;
-}

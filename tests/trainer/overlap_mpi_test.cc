@@ -12,7 +12,7 @@
 #include <fstream>
 
 #include "comm/mpi_comm.h"
-#include "core/ops.h"
+#include "tests/common/mpi_world.h"
 #include "tests/trainer/train_fixture.h"
 #include "trainer/schema.h"
 #include "trainer/trainer.h"
@@ -20,21 +20,7 @@
 namespace psar {
 namespace {
 
-MpiComm& world() {
-  static MpiComm c(MPI_COMM_WORLD);
-  return c;
-}
-
-Config mlp(const std::vector<std::string>& sets) {
-  return Config::load_string(
-      "model: {type: mlp, hidden: [64, 32, 16]}\n"
-      "data: {dataset: synthetic, synthetic_samples: 960, synthetic_features: 20, "
-      "synthetic_classes: 5, test_limit: 100}\n"
-      "optimizer: {type: sgd, lr: 0.05, momentum: 0.9}\n"
-      "train: {steps: 20, batch_size: 48, seed: 3, log_every: 1000, eval_every: 0}\n"
-      "sync: {timeout: 20s}\n",
-      config_schema(), sets);
-}
+MpiComm& world() { return testing::mpi_world(); }
 
 struct Case {
   std::string backend, priority;
@@ -49,7 +35,7 @@ TEST_P(MpiOverlap, EqualsTheNonOverlappedRunBitwiseOnEveryRank) {
   auto sets = [&](std::vector<std::string> more) {
     more.push_back("sync.backend=" + c.backend);
     if (c.backend == "ps") more.insert(more.end(), ps.begin(), ps.end());
-    return mlp(more);
+    return testing::overlap_mlp_config(more);
   };
   const TrainResult plain = train(world(), sets({}));
   const TrainResult overlapped =
@@ -91,10 +77,10 @@ TEST(MpiAuto, TrainingWithAutoEqualsMpi) {
     }
   }
   world().barrier();
-  const TrainResult mpi = train(world(), mlp({"sync.backend=mpi"}));
+  const TrainResult mpi = train(world(), testing::overlap_mlp_config({"sync.backend=mpi"}));
   for (const char* overlap : {"false", "true"}) {
     const TrainResult autotuned =
-        train(world(), mlp({"sync.backend=auto", "sync.tuning=" + table,
+        train(world(), testing::overlap_mlp_config({"sync.backend=auto", "sync.tuning=" + table,
                             std::string("sync.overlap=") + overlap, "sync.bucket_bytes=4K"}));
     EXPECT_LE(testing::relative_difference(mpi.params, autotuned.params), 1e-5) << overlap;
   }
@@ -102,15 +88,3 @@ TEST(MpiAuto, TrainingWithAutoEqualsMpi) {
 
 }  // namespace
 }  // namespace psar
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  psar::MpiRuntime mpi(&argc, &argv, /*threads=*/true);
-  psar::ops::set_blas_threads(1);
-  if (psar::world().rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  return psar::world().allreduce_max(rc) != 0 ? 1 : 0;
-}

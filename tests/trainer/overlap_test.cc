@@ -107,20 +107,10 @@ void expect_equal_to_plain(int ranks, const Config& plain, const Config& overlap
   EXPECT_LE(relative_difference(want, got), 1e-6);
 }
 
-Config mlp(const std::vector<std::string>& sets) {
-  return Config::load_string(
-      "model: {type: mlp, hidden: [64, 32, 16]}\n"
-      "data: {dataset: synthetic, synthetic_samples: 960, synthetic_features: 20, "
-      "synthetic_classes: 5, test_limit: 100}\n"
-      "optimizer: {type: sgd, lr: 0.05, momentum: 0.9}\n"
-      "train: {steps: 20, batch_size: 48, seed: 3, log_every: 1000, eval_every: 0}\n"
-      "sync: {backend: ring, timeout: 20s}\n",
-      config_schema(), sets);
-}
-
 TEST_P(Overlap, MlpOverFourRanksEqualsTheNonOverlappedRun) {
   const OverlapCase c = GetParam();
-  expect_equal_to_plain(4, mlp({"sync.backend=" + c.backend}), mlp(overlap_sets(c, "4K")));
+  expect_equal_to_plain(4, testing::overlap_mlp_config({"sync.backend=" + c.backend}),
+                        testing::overlap_mlp_config(overlap_sets(c, "4K")));
 }
 
 TEST_P(Overlap, GptOverFourRanksEqualsTheNonOverlappedRun) {
@@ -170,7 +160,7 @@ TEST(OverlapPs, CoLocatedShardsEqualTheNonOverlappedRunForBothPriorities) {
   for (const char* priority : {"fifo", "front_first"}) {
     auto sets = ps;
     for (const auto& s : overlap_sets({"ps", priority}, "4K")) sets.push_back(s);
-    expect_equal_to_plain(4, mlp(ps), mlp(sets));
+    expect_equal_to_plain(4, testing::overlap_mlp_config(ps), testing::overlap_mlp_config(sets));
   }
 }
 
@@ -180,7 +170,7 @@ TEST(OverlapPs, ShardChunksAndABucketPerTensorEqualTheNonOverlappedRun) {
                                        "ps.shard_chunks=4", "ps.timeout=20s"};
   auto sets = ps;
   for (const auto& s : overlap_sets({"ps", "fifo"}, "1K")) sets.push_back(s);
-  expect_equal_to_plain(2, mlp(ps), mlp(sets));
+  expect_equal_to_plain(2, testing::overlap_mlp_config(ps), testing::overlap_mlp_config(sets));
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/mpi_comm.h"
-#include "core/ops.h"
+#include "tests/common/mpi_world.h"
 #include "tests/trainer/three_d_fixture.h"
 #include "tests/trainer/train_fixture.h"
 #include "trainer/trainer.h"
@@ -18,10 +18,7 @@ namespace {
 
 using testing::Grid3d;
 
-MpiComm& world() {
-  static MpiComm c(MPI_COMM_WORLD);
-  return c;
-}
+MpiComm& world() { return testing::mpi_world(); }
 
 class Mpi3d : public ::testing::TestWithParam<Grid3d> {};
 
@@ -67,15 +64,3 @@ TEST(Mpi3dMlp, TheMlpOnTwoStagesOfFourReplicasEqualsTheSerialModel) {
 
 }  // namespace
 }  // namespace psar
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  psar::MpiRuntime mpi(&argc, &argv);
-  psar::ops::set_blas_threads(1);
-  if (psar::world().rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  return psar::world().allreduce_max(rc) != 0 ? 1 : 0;
-}

@@ -29,6 +29,19 @@ inline Config small_mlp_config(const std::string& sync, int steps = 20,
       config_schema());
 }
 
+// The MLP of the overlap tests: three hidden layers, so that small buckets
+// cut it into several, 20 steps of a 48-sample batch (1, 2, 3, 4, 6, 8 ranks).
+inline Config overlap_mlp_config(const std::vector<std::string>& overrides = {}) {
+  return Config::load_string(
+      "model: {type: mlp, hidden: [64, 32, 16]}\n"
+      "data: {dataset: synthetic, synthetic_samples: 960, synthetic_features: 20, "
+      "synthetic_classes: 5, test_limit: 100}\n"
+      "optimizer: {type: sgd, lr: 0.05, momentum: 0.9}\n"
+      "train: {steps: 20, batch_size: 48, seed: 3, log_every: 1000, eval_every: 0}\n"
+      "sync: {backend: ring, timeout: 20s}\n",
+      config_schema(), overrides);
+}
+
 // The ConfigError message of training `cfg` on `ranks` in-process ranks (a
 // test failure if it trains).
 inline std::string train_config_error(int ranks, const Config& cfg) {

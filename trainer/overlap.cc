@@ -1,7 +1,5 @@
 #include "trainer/overlap.h"
 
-#include <sys/prctl.h>
-
 #include <algorithm>
 #include <chrono>
 #include <numeric>
@@ -94,8 +92,8 @@ std::vector<CommSpan> OverlapSync::wait() {
 }
 
 void OverlapSync::loop() {
-  // Sleeps of tens of µs wake within a µs or two, not Linux's default 50 µs slack.
-  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  // Its sleeps of tens of µs wake within a µs, not Linux's default 50 µs slack.
+  const TimerSlack slack;
   std::unique_lock<std::mutex> lock(mu_);
   uint64_t served = 0;
   while (true) {

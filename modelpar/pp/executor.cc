@@ -1,7 +1,5 @@
 #include "modelpar/pp/executor.h"
 
-#include <sys/prctl.h>
-
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -16,26 +14,6 @@ namespace psar::pp {
 using psar::detail::concat;
 
 namespace {
-
-// Linux lets a sleeping thread wake up to 50 µs late by default ("timer
-// slack"). Waiting ranks poll in sleeps of tens of µs and the synthetic
-// workload sleeps its compute, so for the length of one batch this thread
-// asks for 1 µs; restored afterwards.
-class TimerSlack {
- public:
-  TimerSlack() : saved_(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)) {
-    if (saved_ > 0) prctl(PR_SET_TIMERSLACK, kSlackNs, 0, 0, 0);
-  }
-  ~TimerSlack() {
-    if (saved_ > 0) prctl(PR_SET_TIMERSLACK, saved_, 0, 0, 0);
-  }
-  TimerSlack(const TimerSlack&) = delete;
-  TimerSlack& operator=(const TimerSlack&) = delete;
-
- private:
-  static constexpr unsigned long kSlackNs = 1000;
-  long saved_;
-};
 
 const char* category(Op op) {
   switch (op) {
@@ -182,6 +160,8 @@ void StageExecutor::await(Request& request, const Transfer& t, const Action& act
 }
 
 StageRun StageExecutor::run() {
+  // Waiting ranks poll in sleeps of tens of µs and the synthetic workload
+  // sleeps its compute: for the length of one batch, wake-ups within 1 µs.
   const TimerSlack slack;
   Tracer* tracer = options_.tracer && options_.tracer->enabled() ? options_.tracer : nullptr;
   PSAR_CHECK(live_count_ == 0, "stage ", stage_, " starts a batch with ", live_count_,

@@ -198,13 +198,14 @@ def steal_share(before, after):
 
 def commit():
     """The commit the results come from: short hash, with '+ uncommitted
-    changes' when the working tree differs from it; 'unknown' outside git."""
+    changes' when the code differs from it (changes under results/, which the
+    runs themselves write, do not count); 'unknown' outside git."""
     def git(*args):
         return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True)
     head = git("rev-parse", "--short=12", "HEAD")
     if head.returncode != 0:
         return "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results").stdout.strip()
     return head.stdout.strip() + (" + uncommitted changes" if dirty else "")
 
 

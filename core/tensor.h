@@ -1,6 +1,9 @@
 #pragma once
 // Tensor: a shape and contiguous row-major float32 storage, owned or viewed.
 // Views are how ParamStore hands out parameters that live in one arena.
+// The storage lives on a Device (core/device.h): host memory, or CUDA memory
+// that only the ops and device_copy touch (operator[] and span() are for host
+// tensors).
 
 #include <cstdint>
 #include <initializer_list>
@@ -8,6 +11,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include "core/device.h"
 
 namespace psar {
 
@@ -19,10 +24,10 @@ std::string to_string(const Shape& shape);
 class Tensor {
  public:
   Tensor() = default;
-  // Owning, zero-filled.
-  explicit Tensor(Shape shape);
-  // Non-owning view of `data`, which must outlive the tensor.
-  static Tensor view(float* data, Shape shape);
+  // Owning, zero-filled, on `device`.
+  explicit Tensor(Shape shape, Device device = Device::kCpu);
+  // Non-owning view of `data` (on `device`), which must outlive the tensor.
+  static Tensor view(float* data, Shape shape, Device device = Device::kCpu);
 
   float* data() { return data_; }
   const float* data() const { return data_; }
@@ -31,6 +36,7 @@ class Tensor {
   int rank() const { return static_cast<int>(shape_.size()); }
   int64_t numel() const { return numel_; }
   bool owning() const { return storage_ != nullptr; }
+  Device device() const { return device_; }
 
   std::span<float> span() { return {data_, static_cast<size_t>(numel_)}; }
   std::span<const float> span() const { return {data_, static_cast<size_t>(numel_)}; }
@@ -40,11 +46,22 @@ class Tensor {
   // Reallocates an owning tensor (contents zeroed) when the element count changes.
   void resize(Shape shape);
   void zero();
+  // An owning copy on `device` (same shape and values).
+  Tensor to(Device device) const;
+  // Copies `src`'s values (same element count, any device) into this tensor.
+  void copy_from(const Tensor& src);
 
  private:
+  struct Free {
+    Free() : device(Device::kCpu) {}
+    explicit Free(Device d) : device(d) {}
+    void operator()(float* p) const noexcept { device_free(device, p); }
+    Device device;
+  };
   Shape shape_;
   int64_t numel_ = 0;
-  std::unique_ptr<float[]> storage_;
+  Device device_ = Device::kCpu;
+  std::unique_ptr<float, Free> storage_;
   float* data_ = nullptr;
 };
 

@@ -1,5 +1,6 @@
 #include "core/device.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -112,6 +113,23 @@ void require_device(Device device, const std::string& key) {
   const std::string reason = device_unavailable_reason(device);
   if (!reason.empty())
     throw ConfigError(key + ": " + to_string(device) + " cannot be used: " + reason);
+}
+
+int local_cuda_device() {
+  const int devices = cuda_device_count();
+  if (devices == 0) return 0;
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* s = std::getenv(v)) return std::atoi(s) % devices;
+  return 0;
+}
+
+void use_cuda_device(int ordinal) {
+#if PSAR_HAVE_CUDA
+  cuda_check(cudaSetDevice(ordinal), "cudaSetDevice");
+#else
+  (void)ordinal;
+  no_cuda("use_cuda_device");
+#endif
 }
 
 float* device_alloc(Device device, int64_t n) { return alloc<float>(device, n); }

@@ -31,6 +31,12 @@ std::string device_unavailable_reason(Device device);
 // Throws a ConfigError naming `key` when `device` cannot be used here.
 void require_device(Device device, const std::string& key);
 
+// The CUDA device of this process: its node-local rank (Open MPI, MPICH or
+// Slurm's variable; 0 without one) modulo the visible devices.
+int local_cuda_device();
+// cudaSetDevice for the calling thread.
+void use_cuda_device(int ordinal);
+
 // ---- memory ---------------------------------------------------------------------
 // Zero-filled storage for n floats on `device`; release with device_free.
 float* device_alloc(Device device, int64_t n);

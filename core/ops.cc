@@ -222,6 +222,11 @@ void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64
   dropout_forward(dinp, dout, n, p, seed, stream, first);  // same mask, same scale
 }
 
+void copy(float* dst, const float* src, int64_t n) {
+  PSAR_ON_CUDA(copy, dst, src, n);
+  std::copy_n(src, n, dst);
+}
+
 // The reduction kernels of every collective. Built twice, for AVX2 and for
 // the baseline, and picked at load time: in-cache sums run about twice as fast
 // with AVX2 (bench/bench_reduce), which is what MPI's own reduction uses.

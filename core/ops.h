@@ -60,6 +60,10 @@ void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t 
 void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64_t seed,
                       uint64_t stream, uint64_t first);
 
+// ---- copies -------------------------------------------------------------------------
+// dst[i] = src[i], both on the current device (core/device.h).
+void copy(float* dst, const float* src, int64_t n);
+
 // ---- reductions used by collectives -----------------------------------------------
 // dst[i] += src[i]
 void add_inplace(float* dst, const float* src, int64_t n);

@@ -369,6 +369,12 @@ void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t 
   PSAR_ELEMENTWISE(dropout_kernel, n, out, inp, n, p, 1.0f / (1.0f - p), seed, stream, first);
 }
 
+void copy(float* dst, const float* src, int64_t n) {
+  if (n == 0) return;
+  check(cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice),
+        "cudaMemcpy (copy)");
+}
+
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t N, int64_t C) {
   if (N == 0) return;

@@ -31,6 +31,7 @@ double softmax_cross_entropy(const float* logits, const int32_t* targets, int64_
 int64_t count_correct(const float* logits, const int32_t* targets, int64_t B, int64_t V);
 void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed,
                      uint64_t stream, uint64_t first);
+void copy(float* dst, const float* src, int64_t n);
 void add_inplace(float* dst, const float* src, int64_t n);
 void add(float* dst, const float* a, const float* b, int64_t n);
 void scale(float* x, float s, int64_t n);

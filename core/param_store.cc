@@ -67,4 +67,10 @@ Tensor ParamStore::grad(int index) {
 
 void ParamStore::zero_grads() { grads_.zero(); }
 
+void ParamStore::move_to(Device device) {
+  if (device == params_.device()) return;
+  params_ = params_.to(device);
+  grads_ = grads_.to(device);
+}
+
 }  // namespace psar

@@ -63,6 +63,8 @@ class ParamStore {
   std::span<const float> grads() const { return grads_.span(); }
 
   void zero_grads();
+  // Moves both arenas to `device`; views taken before are invalid after.
+  void move_to(Device device);
 
   // Fills `out` with the values parameter `info` would get from `seed`, for
   // elements [first, first + out.size()) of its flattened full tensor.

@@ -49,6 +49,15 @@ void Tensor::resize(Shape shape) {
   zero();
 }
 
+void Tensor::ensure(Shape shape) {
+  if (psar::numel(shape) != numel_ || (!storage_ && data_ == nullptr)) {
+    resize(std::move(shape));
+    return;
+  }
+  PSAR_CHECK(owning(), "cannot resize a view");
+  shape_ = std::move(shape);
+}
+
 void Tensor::zero() {
   if (device_ == Device::kCpu) {
     std::fill_n(data_, numel_, 0.0f);
@@ -67,6 +76,18 @@ void Tensor::copy_from(const Tensor& src) {
   PSAR_CHECK(src.numel_ == numel_, "copy_from: ", psar::to_string(src.shape_), " into ",
              psar::to_string(shape_));
   device_copy(data_, device_, src.data_, src.device_, numel_);
+}
+
+void IntBuffer::assign(std::span<const int32_t> values, Device device) {
+  const auto n = static_cast<int64_t>(values.size());
+  if (n != size_ || device != device_ || !data_) {
+    device_free_int(device_, data_);
+    data_ = nullptr;
+    device_ = device;
+    data_ = device_alloc_int(device, n);
+    size_ = n;
+  }
+  device_copy(data_, device_, values.data(), Device::kCpu, n);
 }
 
 }  // namespace psar

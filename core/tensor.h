@@ -45,6 +45,10 @@ class Tensor {
 
   // Reallocates an owning tensor (contents zeroed) when the element count changes.
   void resize(Shape shape);
+  // Like std::vector::resize for a buffer that is always overwritten before it
+  // is read: reallocates (zeroed) only when the element count changes, and
+  // otherwise keeps the contents (no fill per call on the hot path).
+  void ensure(Shape shape);
   void zero();
   // An owning copy on `device` (same shape and values).
   Tensor to(Device device) const;
@@ -63,6 +67,25 @@ class Tensor {
   Device device_ = Device::kCpu;
   std::unique_ptr<float, Free> storage_;
   float* data_ = nullptr;
+};
+
+// int32 values (token ids, class targets) on a device: what a model copies a
+// batch's integer columns into when it runs on CUDA.
+class IntBuffer {
+ public:
+  IntBuffer() = default;
+  ~IntBuffer() { device_free_int(device_, data_); }
+  IntBuffer(const IntBuffer&) = delete;
+  IntBuffer& operator=(const IntBuffer&) = delete;
+  // Copies `values` (host memory) to `device`, reallocating when the size changes.
+  void assign(std::span<const int32_t> values, Device device);
+  const int32_t* data() const { return data_; }
+  int64_t size() const { return size_; }
+
+ private:
+  Device device_ = Device::kCpu;
+  int32_t* data_ = nullptr;
+  int64_t size_ = 0;
 };
 
 }  // namespace psar

@@ -169,6 +169,32 @@ void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, 
   }
 }
 
+void causal_softmax_forward(float* p, int64_t T) {
+  PSAR_ON_CUDA(causal_softmax_forward, p, T);
+  for (int64_t i = 0; i < T; ++i) {
+    float* row = p + i * T;
+    float mx = row[0];
+    for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+    double sum = 0;
+    for (int64_t j = 0; j <= i; ++j) sum += (row[j] = std::exp(row[j] - mx));
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+    for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
+  }
+}
+
+void causal_softmax_backward(float* dp, const float* p, int64_t T) {
+  PSAR_ON_CUDA(causal_softmax_backward, dp, p, T);
+  for (int64_t i = 0; i < T; ++i) {
+    const float* prow = p + i * T;
+    float* drow = dp + i * T;
+    double dot = 0;
+    for (int64_t j = 0; j <= i; ++j) dot += static_cast<double>(prow[j]) * drow[j];
+    for (int64_t j = 0; j <= i; ++j) drow[j] = prow[j] * (drow[j] - static_cast<float>(dot));
+    for (int64_t j = i + 1; j < T; ++j) drow[j] = 0.0f;
+  }
+}
+
 double softmax_cross_entropy(const float* logits, const int32_t* targets, int64_t B, int64_t V,
                              float* dlogits, float grad_scale) {
   PSAR_ON_CUDA(softmax_cross_entropy, logits, targets, B, V, dlogits, grad_scale);

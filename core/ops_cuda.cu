@@ -198,6 +198,36 @@ __global__ void layernorm_backward_weight_kernel(float* dweight, float* dbias, c
   }
 }
 
+// ---- causal softmax: one block per row i of [T, T] ----------------------------------------
+__global__ void causal_softmax_forward_kernel(float* p, int64_t T) {
+  __shared__ double shared[kThreads];
+  __shared__ float shared_max[kThreads];
+  const int64_t i = blockIdx.x;
+  float* row = p + i * T;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j <= i; j += kThreads) mx = fmaxf(mx, row[j]);
+  mx = block_max(mx, shared_max);
+  double sum = 0;
+  for (int64_t j = threadIdx.x; j <= i; j += kThreads) {
+    const float e = expf(row[j] - mx);
+    row[j] = e;
+    sum += e;
+  }
+  const float inv = static_cast<float>(1.0 / block_sum(sum, shared));
+  for (int64_t j = threadIdx.x; j < T; j += kThreads) row[j] = j <= i ? row[j] * inv : 0.0f;
+}
+__global__ void causal_softmax_backward_kernel(float* dp, const float* p, int64_t T) {
+  __shared__ double shared[kThreads];
+  const int64_t i = blockIdx.x;
+  const float* prow = p + i * T;
+  float* drow = dp + i * T;
+  double dot = 0;
+  for (int64_t j = threadIdx.x; j <= i; j += kThreads) dot += static_cast<double>(prow[j]) * drow[j];
+  const float d = static_cast<float>(block_sum(dot, shared));
+  for (int64_t j = threadIdx.x; j < T; j += kThreads)
+    drow[j] = j <= i ? prow[j] * (drow[j] - d) : 0.0f;
+}
+
 // ---- softmax cross-entropy: one block per row; row losses summed on the host -----------------
 __global__ void softmax_cross_entropy_kernel(const float* logits, const int32_t* targets, int64_t V,
                                              float* dlogits, double grad_scale_over_B,
@@ -396,6 +426,18 @@ void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, 
                                const float* mean, const float* rstd, int64_t N, int64_t C) {
   PSAR_ELEMENTWISE(layernorm_backward_weight_kernel, C, dweight, dbias, dout, inp, mean, rstd, N,
                    C);
+}
+
+void causal_softmax_forward(float* p, int64_t T) {
+  if (T == 0) return;
+  causal_softmax_forward_kernel<<<static_cast<unsigned>(T), kThreads>>>(p, T);
+  check_launch("causal_softmax_forward_kernel");
+}
+
+void causal_softmax_backward(float* dp, const float* p, int64_t T) {
+  if (T == 0) return;
+  causal_softmax_backward_kernel<<<static_cast<unsigned>(T), kThreads>>>(dp, p, T);
+  check_launch("causal_softmax_backward_kernel");
 }
 
 double softmax_cross_entropy(const float* logits, const int32_t* targets, int64_t B, int64_t V,

@@ -26,6 +26,8 @@ void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
                               int64_t N, int64_t C, bool accumulate);
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* mean, const float* rstd, int64_t N, int64_t C);
+void causal_softmax_forward(float* p, int64_t T);
+void causal_softmax_backward(float* dp, const float* p, int64_t T);
 double softmax_cross_entropy(const float* logits, const int32_t* targets, int64_t B, int64_t V,
                              float* dlogits, float grad_scale);
 int64_t count_correct(const float* logits, const int32_t* targets, int64_t B, int64_t V);

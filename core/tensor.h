@@ -69,6 +69,29 @@ class Tensor {
   float* data_ = nullptr;
 };
 
+// A model's scratch and activation buffer: the part of std::vector<float>'s
+// interface the layers use, its storage on the calling thread's current
+// device (core/device.h) when it is (re)allocated. resize() reallocates,
+// zero-filled, only when the size changes, and otherwise keeps the contents;
+// the layers overwrite a buffer before reading it.
+class Buffer {
+ public:
+  Buffer() = default;
+  void resize(size_t n) {
+    if (n == size_ && data_.device() == current_device() && data_.numel() > 0) return;
+    data_ = Tensor({static_cast<int64_t>(n)}, current_device());
+    size_ = n;
+  }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  float* data() { return data_.data(); }
+  const float* data() const { return data_.data(); }
+
+ private:
+  Tensor data_;
+  size_t size_ = 0;
+};
+
 // int32 values (token ids, class targets) on a device: what a model copies a
 // batch's integer columns into when it runs on CUDA.
 class IntBuffer {

@@ -227,8 +227,9 @@ void restore_rank(const CheckpointFile& f, int rank, const GridCoord& coord, int
 }
 
 // train.device, checked against this build, this machine and what runs on a
-// CUDA device so far (docs/gpu.md): the MLP, one pipeline stage, no tensor
-// parallelism, no checkpoints, an allreduce backend. A ConfigError names the key.
+// CUDA device so far (docs/gpu.md): the MLP and the GPT, one pipeline stage,
+// no tensor parallelism, no checkpoints, an allreduce backend. A ConfigError
+// names the key.
 Device training_device(const Config& config, const Parallel& par, const std::string& sync_name,
                        const SyncCapabilities& backend) {
   const Device device = parse_device(config.get_string("train.device"), "train.device");
@@ -237,8 +238,8 @@ Device training_device(const Config& config, const Parallel& par, const std::str
   const auto refuse = [](const std::string& what) {
     throw ConfigError("train.device: cuda does not run " + what + " yet (docs/gpu.md)");
   };
-  if (config.get_string("model.type") != "mlp")
-    refuse("model.type " + config.get_string("model.type") + " (only mlp)");
+  const std::string model = config.get_string("model.type");
+  if (model != "mlp" && model != "gpt") refuse("model.type " + model + " (mlp and gpt do)");
   if (par.t * par.p > 1)
     refuse("tensor or pipeline parallelism (parallel.tp and parallel.pp must be 1)");
   if (config.get_int("train.checkpoint_every") > 0) refuse("checkpoints (train.checkpoint_every)");

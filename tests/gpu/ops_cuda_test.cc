@@ -236,6 +236,24 @@ TEST(CudaOps, SoftmaxCrossEntropyAndAccuracyMatchCpu) {
   EXPECT_GE(correct, 1);
 }
 
+TEST(CudaOps, CausalSoftmaxForwardAndBackwardMatchCpu) {
+  PSAR_NEED_CUDA();
+  for (int64_t T : {int64_t{1}, int64_t{7}, int64_t{300}}) {
+    auto p = random(T * T, 30, 3.0f);
+    auto dp = random(T * T, 31);
+    OnDevice dP(p), dDp(dp);
+    ops::causal_softmax_forward(p.data(), T);
+    ops::causal_softmax_backward(dp.data(), p.data(), T);
+    {
+      DeviceScope cuda(Device::kCuda);
+      ops::causal_softmax_forward(dP.ptr(), T);
+      ops::causal_softmax_backward(dDp.ptr(), dP.ptr(), T);
+    }
+    expect_close(dP.host(), p, "causal softmax forward");
+    expect_close(dDp.host(), dp, "causal softmax backward");
+  }
+}
+
 TEST(CudaOps, DropoutMaskIsTheCpuMaskBitForBit) {
   PSAR_NEED_CUDA();
   const int64_t n = 123457;

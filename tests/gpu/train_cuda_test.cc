@@ -1,5 +1,5 @@
 // Training on a CUDA device (train.device: cuda) against the same run on the
-// CPU: the MLP of the trainer tests, 20 steps, parameters within 1e-4
+// CPU: the MLP of the trainer tests and a small GPT, 20 steps, parameters within 1e-4
 // (‖Δθ‖/‖θ‖; the GEMMs sum in another order), serial and data-parallel over
 // in-process ranks sharing the device (host algorithms staged through pinned
 // memory, with and without overlap). Without a device the runs skip; the
@@ -14,6 +14,7 @@
 #include "core/device.h"
 #include "core/ops.h"
 #include "tests/trainer/train_fixture.h"
+#include "trainer/schema.h"
 #include "trainer/trainer.h"
 
 namespace psar {
@@ -92,6 +93,29 @@ TEST_P(TrainCudaOptimizers, DataParallelHostAlgorithmsStagedMatchTheCpuRun) {
           2, mlp("cuda", algo, GetParam(), {"sync.overlap=" + overlap, "sync.bucket_bytes=4K"}));
       EXPECT_LE(relative_difference(cpu, cuda), 1e-4) << algo << " overlap " << overlap;
     }
+}
+
+// The GPT (t = 1, one stage) with dropout: the masks are the CPU's (same
+// counter-based RNG), so only the summation order differs.
+TEST_P(TrainCudaOptimizers, SerialGptMatchesTheCpuRun) {
+  PSAR_NEED_CUDA();
+  const auto gpt = [&](const std::string& device, int steps) {
+    return Config::load_string(
+        "model: {type: gpt, layers: 2, d_model: 32, heads: 4, seq_len: 16, vocab: 16, "
+        "init_std: 0.05, dropout: 0.1}\n"
+        "data: {dataset: synthetic_tokens, synthetic_samples: 320, test_limit: 16}\n"
+        "optimizer: {type: " + GetParam() + ", lr: 0.01, momentum: 0.9}\n"
+        "train: {steps: " + std::to_string(steps) + ", batch_size: 16, seed: 3, log_every: 1000, "
+        "eval_every: 0, device: " + device + "}\n"
+        "sync: {backend: ring, timeout: 30s}\n",
+        config_schema());
+  };
+  const auto cpu = train_ranks(1, gpt("cpu", 20));
+  const auto cuda = train_ranks(1, gpt("cuda", 20));
+  ASSERT_EQ(cpu.size(), cuda.size());
+  EXPECT_LE(relative_difference(cpu, cuda), 1e-4);
+  const auto start = train_ranks(1, gpt("cpu", 1));
+  EXPECT_GT(relative_difference(cpu, start), 1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, TrainCudaOptimizers, ::testing::Values("sgd", "adam"),

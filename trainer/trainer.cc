@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "allreduce/allreducer.h"
+#include "allreduce/staged.h"
 #include "comm/netem.h"
 #include "core/device.h"
 #include "core/errors.h"
@@ -228,8 +229,8 @@ void restore_rank(const CheckpointFile& f, int rank, const GridCoord& coord, int
 
 // train.device, checked against this build, this machine and what runs on a
 // CUDA device so far (docs/gpu.md): the MLP and the GPT, one pipeline stage,
-// no tensor parallelism, no checkpoints, an allreduce backend. A ConfigError
-// names the key.
+// tensor parallelism with the column_row split, no checkpoints, an allreduce
+// backend. A ConfigError names the key.
 Device training_device(const Config& config, const Parallel& par, const std::string& sync_name,
                        const SyncCapabilities& backend) {
   const Device device = parse_device(config.get_string("train.device"), "train.device");
@@ -240,8 +241,9 @@ Device training_device(const Config& config, const Parallel& par, const std::str
   };
   const std::string model = config.get_string("model.type");
   if (model != "mlp" && model != "gpt") refuse("model.type " + model + " (mlp and gpt do)");
-  if (par.t * par.p > 1)
-    refuse("tensor or pipeline parallelism (parallel.tp and parallel.pp must be 1)");
+  if (par.p > 1) refuse("pipeline parallelism (parallel.pp must be 1)");
+  if (par.t > 1 && config.get_string("parallel.tp_split") != "column_row")
+    refuse("parallel.tp_split " + config.get_string("parallel.tp_split") + " (column_row does)");
   if (config.get_int("train.checkpoint_every") > 0) refuse("checkpoints (train.checkpoint_every)");
   if (!backend.model_parallel)
     refuse("sync.backend " + sync_name + " (choose an allreduce backend or nccl)");
@@ -312,7 +314,11 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     AllreduceOptions tp_options;
     tp_options.nccl_algo = config.get_string("sync.nccl_algo");
     tp_options.nccl_proto = config.get_string("sync.nccl_proto");
-    tp_allreduce = make_allreducer(config.get_string("parallel.tp_allreduce"), tp_options);
+    const std::string name = config.get_string("parallel.tp_allreduce");
+    tp_allreduce = make_allreducer(name, tp_options);
+    // On a CUDA device a host algorithm reduces a copy in pinned host memory.
+    if (device != Device::kCpu && !find_allreducer(name).device)
+      tp_allreduce = stage_through_host(std::move(tp_allreduce));
   }
   TpGroup tp(grid && par.t > 1 ? &grid->tp() : nullptr, tp_allreduce.get());
 

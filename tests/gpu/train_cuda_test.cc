@@ -95,27 +95,43 @@ TEST_P(TrainCudaOptimizers, DataParallelHostAlgorithmsStagedMatchTheCpuRun) {
     }
 }
 
+// A 2-block GPT with dropout; parallel.tp = t.
+Config gpt(const std::string& device, const std::string& optimizer, int steps, int t = 1) {
+  return Config::load_string(
+      "model: {type: gpt, layers: 2, d_model: 32, heads: 4, seq_len: 16, vocab: 16, "
+      "init_std: 0.05, dropout: 0.1}\n"
+      "data: {dataset: synthetic_tokens, synthetic_samples: 320, test_limit: 16}\n"
+      "optimizer: {type: " + optimizer + ", lr: 0.01, momentum: 0.9}\n"
+      "train: {steps: " + std::to_string(steps) + ", batch_size: 16, seed: 3, log_every: 1000, "
+      "eval_every: 0, device: " + device + "}\n"
+      "parallel: {tp: " + std::to_string(t) + "}\n"
+      "sync: {backend: ring, timeout: 30s}\n",
+      config_schema());
+}
+
 // The GPT (t = 1, one stage) with dropout: the masks are the CPU's (same
 // counter-based RNG), so only the summation order differs.
 TEST_P(TrainCudaOptimizers, SerialGptMatchesTheCpuRun) {
   PSAR_NEED_CUDA();
-  const auto gpt = [&](const std::string& device, int steps) {
-    return Config::load_string(
-        "model: {type: gpt, layers: 2, d_model: 32, heads: 4, seq_len: 16, vocab: 16, "
-        "init_std: 0.05, dropout: 0.1}\n"
-        "data: {dataset: synthetic_tokens, synthetic_samples: 320, test_limit: 16}\n"
-        "optimizer: {type: " + GetParam() + ", lr: 0.01, momentum: 0.9}\n"
-        "train: {steps: " + std::to_string(steps) + ", batch_size: 16, seed: 3, log_every: 1000, "
-        "eval_every: 0, device: " + device + "}\n"
-        "sync: {backend: ring, timeout: 30s}\n",
-        config_schema());
-  };
-  const auto cpu = train_ranks(1, gpt("cpu", 20));
-  const auto cuda = train_ranks(1, gpt("cuda", 20));
+  const auto cpu = train_ranks(1, gpt("cpu", GetParam(), 20));
+  const auto cuda = train_ranks(1, gpt("cuda", GetParam(), 20));
   ASSERT_EQ(cpu.size(), cuda.size());
   EXPECT_LE(relative_difference(cpu, cuda), 1e-4);
-  const auto start = train_ranks(1, gpt("cpu", 1));
+  const auto start = train_ranks(1, gpt("cpu", GetParam(), 1));
   EXPECT_GT(relative_difference(cpu, start), 1e-3);
+}
+
+// Tensor parallelism on one device: t = 2 (and t = 2 × d = 2) in-process
+// ranks sharing it, the TP all-reduces staged through host memory, against
+// the serial CPU run (the gathered model is the serial model's layout).
+TEST_P(TrainCudaOptimizers, TensorParallelGptOnOneDeviceMatchesTheCpuRun) {
+  PSAR_NEED_CUDA();
+  const auto cpu = train_ranks(1, gpt("cpu", GetParam(), 20));
+  for (int ranks : {2, 4}) {
+    const auto cuda = train_ranks(ranks, gpt("cuda", GetParam(), 20, /*t=*/2));
+    ASSERT_EQ(cpu.size(), cuda.size()) << ranks;
+    EXPECT_LE(relative_difference(cpu, cuda), 1e-4) << ranks << " ranks";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, TrainCudaOptimizers, ::testing::Values("sgd", "adam"),

@@ -9,13 +9,16 @@ namespace {
 class StagedAllreducer final : public Allreducer {
  public:
   explicit StagedAllreducer(std::unique_ptr<Allreducer> algorithm)
-      : algorithm_(std::move(algorithm)) {}
+      : algorithm_(std::move(algorithm)), cuda_device_(current_cuda_device()) {}
   ~StagedAllreducer() override { pinned_free(host_); }
 
   std::string name() const override { return algorithm_->name(); }
 
   void allreduce(Comm& comm, std::span<float> data) override {
     const auto n = static_cast<int64_t>(data.size());
+    // The device of the thread that built it: an overlap's communication
+    // thread has not chosen one.
+    if (cuda_device_ >= 0) use_cuda_device(cuda_device_);
     if (n > capacity_) {
       pinned_free(host_);
       host_ = nullptr;
@@ -34,6 +37,7 @@ class StagedAllreducer final : public Allreducer {
 
  private:
   std::unique_ptr<Allreducer> algorithm_;
+  int cuda_device_;
   float* host_ = nullptr;
   int64_t capacity_ = 0;
 };

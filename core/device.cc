@@ -132,6 +132,16 @@ void use_cuda_device(int ordinal) {
 #endif
 }
 
+int current_cuda_device() {
+#if PSAR_HAVE_CUDA
+  int ordinal = -1;
+  if (cuda_device_count() == 0 || cudaGetDevice(&ordinal) != cudaSuccess) return -1;
+  return ordinal;
+#else
+  return -1;
+#endif
+}
+
 float* device_alloc(Device device, int64_t n) { return alloc<float>(device, n); }
 void device_free(Device device, float* data) noexcept { release(device, data); }
 int32_t* device_alloc_int(Device device, int64_t n) { return alloc<int32_t>(device, n); }

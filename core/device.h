@@ -36,6 +36,8 @@ void require_device(Device device, const std::string& key);
 int local_cuda_device();
 // cudaSetDevice for the calling thread.
 void use_cuda_device(int ordinal);
+// The calling thread's CUDA device (cudaGetDevice); -1 where none can be used.
+int current_cuda_device();
 
 // ---- memory ---------------------------------------------------------------------
 // Zero-filled storage for n floats on `device`; release with device_free.

@@ -24,7 +24,17 @@ namespace psar {
 struct AllreduceOptions {
   // Pipelining granularity of the segmented algorithms (ring, tree), in bytes.
   int64_t segment_bytes = 512 * 1024;  // see docs/algorithms.md, "Segments"
+  // nccl: NCCL_ALGO and NCCL_PROTO for its communicator ("auto": NCCL's own
+  // choice, or the environment's). See docs/gpu.md.
+  std::string nccl_algo = "auto";   // auto | ring | tree
+  std::string nccl_proto = "auto";  // auto | LL | LL128 | Simple
 };
+
+// NCCL's bytes per rank for one allreduce of `count` floats over `ranks`
+// ranks: 2(N−1)/N·n for the ring, and the same on average for the double
+// binary tree (each of its two trees moves n/2 up and n/2 down each of its
+// N−1 edges); docs/gpu.md. Rounded down.
+int64_t nccl_bytes_per_rank(int ranks, int64_t count);
 
 class Allreducer {
  public:

@@ -1,8 +1,12 @@
-// nccl — ncclAllReduce on the GPU (NCCL picks ring or tree by its own cost
-// model). The gradient lives in host memory in psar's trainer, so each call
-// copies it to the device, reduces in place, and copies it back on one CUDA
-// stream; the copies are part of what is measured, as they would be for a
-// CPU-resident model. The NCCL communicator is built once per psar Comm:
+// nccl — ncclAllReduce on the GPU (ring or tree: sync.nccl_algo, or NCCL's
+// own cost model). Data in CUDA device memory (train.device: cuda: the
+// gradient arena) is reduced in place on the allreducer's own stream, which
+// first waits for the work queued on the legacy default stream (the kernels
+// that wrote the gradients). Host data is copied to a device buffer, reduced
+// and copied back on the same stream; the copies are part of what is
+// measured, as they would be for a CPU-resident model. The bytes NCCL moves
+// bypass psar's Comm; they are added to its counters from the algorithm's
+// formula (nccl_bytes_per_rank). The NCCL communicator is built once per psar Comm:
 // rank 0 creates the unique id and the Comm's control plane broadcasts it
 // (never hard-coded). Every wait has the Comm's deadline (sync.timeout): the
 // communicator is created non-blocking (ncclConfig_t::blocking = 0) and its
@@ -20,8 +24,10 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "allreduce/algorithms.h"
+#include "core/device.h"
 #include "core/errors.h"
 #include "core/timer.h"
 
@@ -43,24 +49,31 @@ namespace psar {
 
 namespace {
 
-int device_count() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) return 0;
-  return devices;
+bool on_device(const float* p) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+    cudaGetLastError();  // a plain host pointer on older runtimes: clear the error
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
 }
 
-int local_rank() {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  return 0;
+// NCCL_ALGO / NCCL_PROTO values for the sync.nccl_* choices ("" = leave as is).
+std::string nccl_env_value(const std::string& choice) {
+  if (choice == "auto") return "";
+  if (choice == "ring") return "Ring";
+  if (choice == "tree") return "Tree";
+  return choice;  // LL, LL128, Simple: NCCL's own spelling
 }
 
 class NcclAllreducer final : public Allreducer {
  public:
+  explicit NcclAllreducer(const AllreduceOptions& options) : options_(options) {}
   ~NcclAllreducer() override {
     // Destructors never throw: best-effort release.
     if (nccl_) ncclCommDestroy(nccl_);
     if (buffer_) cudaFree(buffer_);
+    if (produced_) cudaEventDestroy(produced_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -76,6 +89,15 @@ class NcclAllreducer final : public Allreducer {
     plan(comm);
     if (data.empty() || comm.size() == 1) return;
     const size_t bytes = data.size_bytes();
+    if (on_device(data.data())) {
+      // In place on the device: after the kernels that wrote it, on our stream.
+      PSAR_CUDA_CHECK(cudaEventRecord(produced_, cudaStreamLegacy));
+      PSAR_CUDA_CHECK(cudaStreamWaitEvent(stream_, produced_, 0));
+      post(comm, data.data(), data.size());
+      wait(comm);
+      count(comm, data.size());
+      return;
+    }
     if (bytes > capacity_) {
       if (buffer_) PSAR_CUDA_CHECK(cudaFree(buffer_));
       buffer_ = nullptr;
@@ -83,22 +105,46 @@ class NcclAllreducer final : public Allreducer {
       capacity_ = bytes;
     }
     PSAR_CUDA_CHECK(cudaMemcpyAsync(buffer_, data.data(), bytes, cudaMemcpyHostToDevice, stream_));
-    // A non-blocking communicator may answer ncclInProgress: enqueued, and wait() polls it.
-    const ncclResult_t posted =
-        ncclAllReduce(buffer_, buffer_, data.size(), ncclFloat, ncclSum, nccl_, stream_);
-    if (posted != ncclSuccess && posted != ncclInProgress)
-      throw CommError(comm.operation() + ": ncclAllReduce: " + ncclGetErrorString(posted));
+    post(comm, static_cast<float*>(buffer_), data.size());
     PSAR_CUDA_CHECK(cudaMemcpyAsync(data.data(), buffer_, bytes, cudaMemcpyDeviceToHost, stream_));
     wait(comm);
+    count(comm, data.size());
   }
 
  private:
+  void post(Comm& comm, float* device_data, size_t count) {
+    // A non-blocking communicator may answer ncclInProgress: enqueued, and wait() polls it.
+    const ncclResult_t posted =
+        ncclAllReduce(device_data, device_data, count, ncclFloat, ncclSum, nccl_, stream_);
+    if (posted != ncclSuccess && posted != ncclInProgress)
+      throw CommError(comm.operation() + ": ncclAllReduce: " + ncclGetErrorString(posted));
+  }
+
+  // NCCL's traffic, from the formula (it bypasses psar's Comm).
+  static void count(Comm& comm, size_t floats) {
+    const int64_t bytes = nccl_bytes_per_rank(comm.size(), static_cast<int64_t>(floats));
+    comm.add_counters({bytes, bytes, 0, 0});
+  }
+
+  // NCCL reads NCCL_ALGO / NCCL_PROTO when a process creates its first
+  // communicator; they are set before that, from sync.nccl_algo / nccl_proto.
+  void set_nccl_environment() const {
+    for (const auto& [variable, choice] :
+         {std::pair<const char*, const std::string&>{"NCCL_ALGO", options_.nccl_algo},
+          std::pair<const char*, const std::string&>{"NCCL_PROTO", options_.nccl_proto}}) {
+      const std::string value = nccl_env_value(choice);
+      if (!value.empty()) setenv(variable, value.c_str(), /*overwrite=*/1);
+    }
+  }
+
   // Once per communicator: device, stream, NCCL communicator.
   void plan(Comm& comm) {
     if (planned_for_ == &comm) return;
     PSAR_CHECK(planned_for_ == nullptr, "one nccl allreducer serves one communicator");
-    PSAR_CUDA_CHECK(cudaSetDevice(local_rank() % device_count()));
+    PSAR_CUDA_CHECK(cudaSetDevice(local_cuda_device()));
     PSAR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    PSAR_CUDA_CHECK(cudaEventCreateWithFlags(&produced_, cudaEventDisableTiming));
+    set_nccl_environment();
     ncclUniqueId id;
     if (comm.rank() == 0) PSAR_NCCL_CHECK(ncclGetUniqueId(&id));
     comm.broadcast_bytes(std::as_writable_bytes(std::span<ncclUniqueId>(&id, 1)), 0);
@@ -158,9 +204,11 @@ class NcclAllreducer final : public Allreducer {
     }
   }
 
+  AllreduceOptions options_;
   const Comm* planned_for_ = nullptr;
   ncclComm_t nccl_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t produced_ = nullptr;
   void* buffer_ = nullptr;
   size_t capacity_ = 0;
   bool broken_ = false;  // the communicator was aborted: no further calls
@@ -168,11 +216,11 @@ class NcclAllreducer final : public Allreducer {
 
 }  // namespace
 
-std::unique_ptr<Allreducer> make_nccl_allreducer(const AllreduceOptions&) {
+std::unique_ptr<Allreducer> make_nccl_allreducer(const AllreduceOptions& options) {
   // Checked here, before a run writes anything.
-  if (device_count() == 0)
+  if (cuda_device_count() == 0)
     throw ConfigError("sync backend 'nccl' needs a CUDA device, and none is visible here");
-  return std::make_unique<NcclAllreducer>();
+  return std::make_unique<NcclAllreducer>(options);
 }
 
 }  // namespace psar

@@ -45,7 +45,7 @@ const AllreducerEntry kBuiltin[] = {
      .needs_mpi = true, .cost = &ring_cost},
     // NCCL's ring on one node: the ring's form.
     {.name = "nccl", .make = &make_nccl_allreducer,
-     .summary = "ncclAllReduce on the GPU (host buffers copied in and out)",
+     .summary = "ncclAllReduce on the GPU (device data in place; host buffers copied in and out)",
      .device = true, .cost = &ring_cost},
 };
 
@@ -60,6 +60,13 @@ std::string known_names() {
   return known;
 }
 }  // namespace
+
+int64_t nccl_bytes_per_rank(int ranks, int64_t count) {
+  if (ranks <= 1) return 0;
+  const auto bytes = static_cast<int64_t>(sizeof(float)) * count;
+  // 2(N−1)/N·n, exact in 128-bit arithmetic before rounding down.
+  return static_cast<int64_t>(static_cast<__int128>(2 * (ranks - 1)) * bytes / ranks);
+}
 
 int64_t AllreducerEntry::sent_bytes_total(int ranks, int64_t count) const {
   int64_t total = 0;

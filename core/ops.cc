@@ -6,8 +6,12 @@
 #include <cmath>
 #include <limits>
 
+#include "core/device.h"
 #include "core/errors.h"
 #include "core/rng.h"
+#if PSAR_HAVE_CUDA
+#include "core/ops_cuda.h"
+#endif
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -22,9 +26,19 @@ int blas_int(int64_t v) {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 }  // namespace
 
+// One branch per op: on a thread whose current device is CUDA (core/device.h)
+// the op runs in core/ops_cuda.cu instead. A build without CUDA has no branch.
+#if PSAR_HAVE_CUDA
+#define PSAR_ON_CUDA(op, ...) \
+  if (current_device() == Device::kCuda) [[unlikely]] return cuda::op(__VA_ARGS__)
+#else
+#define PSAR_ON_CUDA(op, ...)
+#endif
+
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc) {
+  PSAR_ON_CUDA(gemm, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) {
     for (int64_t i = 0; i < M; ++i)
@@ -38,6 +52,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int64_t B, int64_t C_in, int64_t C_out) {
+  PSAR_ON_CUDA(linear_forward, out, inp, weight, bias, B, C_in, C_out);
   float beta = 0.0f;
   if (bias) {
     for (int64_t b = 0; b < B; ++b) std::copy_n(bias, C_out, out + b * C_out);
@@ -54,6 +69,7 @@ void linear_backward_input(float* dinp, const float* dout, const float* weight, 
 
 void linear_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                             int64_t B, int64_t C_in, int64_t C_out) {
+  PSAR_ON_CUDA(linear_backward_weight, dweight, dbias, dout, inp, B, C_in, C_out);
   gemm(true, false, C_in, C_out, B, 1.0f, inp, C_in, dout, C_out, 1.0f, dweight, C_out);
   if (dbias) {
     for (int64_t b = 0; b < B; ++b) {
@@ -64,14 +80,17 @@ void linear_backward_weight(float* dweight, float* dbias, const float* dout, con
 }
 
 void relu_forward(float* out, const float* inp, int64_t n) {
+  PSAR_ON_CUDA(relu_forward, out, inp, n);
   for (int64_t i = 0; i < n; ++i) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
 }
 
 void relu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  PSAR_ON_CUDA(relu_backward, dinp, dout, inp, n);
   for (int64_t i = 0; i < n; ++i) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
 }
 
 void gelu_forward(float* out, const float* inp, int64_t n) {
+  PSAR_ON_CUDA(gelu_forward, out, inp, n);
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float cube = 0.044715f * x * x * x;
@@ -80,6 +99,7 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
 }
 
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  PSAR_ON_CUDA(gelu_backward, dinp, dout, inp, n);
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float cube = 0.044715f * x * x * x;
@@ -92,6 +112,7 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t N, int64_t C) {
+  PSAR_ON_CUDA(layernorm_forward, out, mean, rstd, inp, weight, bias, N, C);
   constexpr double kEps = 1e-5;
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
@@ -113,6 +134,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
 void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
                               const float* weight, const float* mean, const float* rstd,
                               int64_t N, int64_t C, bool accumulate) {
+  PSAR_ON_CUDA(layernorm_backward_input, dinp, dout, inp, weight, mean, rstd, N, C, accumulate);
   for (int64_t i = 0; i < N; ++i) {
     const float* dy = dout + i * C;
     const float* x = inp + i * C;
@@ -136,6 +158,7 @@ void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
 
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* mean, const float* rstd, int64_t N, int64_t C) {
+  PSAR_ON_CUDA(layernorm_backward_weight, dweight, dbias, dout, inp, mean, rstd, N, C);
   for (int64_t i = 0; i < N; ++i) {
     const float* dy = dout + i * C;
     const float* x = inp + i * C;
@@ -146,8 +169,35 @@ void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, 
   }
 }
 
+void causal_softmax_forward(float* p, int64_t T) {
+  PSAR_ON_CUDA(causal_softmax_forward, p, T);
+  for (int64_t i = 0; i < T; ++i) {
+    float* row = p + i * T;
+    float mx = row[0];
+    for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+    double sum = 0;
+    for (int64_t j = 0; j <= i; ++j) sum += (row[j] = std::exp(row[j] - mx));
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+    for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
+  }
+}
+
+void causal_softmax_backward(float* dp, const float* p, int64_t T) {
+  PSAR_ON_CUDA(causal_softmax_backward, dp, p, T);
+  for (int64_t i = 0; i < T; ++i) {
+    const float* prow = p + i * T;
+    float* drow = dp + i * T;
+    double dot = 0;
+    for (int64_t j = 0; j <= i; ++j) dot += static_cast<double>(prow[j]) * drow[j];
+    for (int64_t j = 0; j <= i; ++j) drow[j] = prow[j] * (drow[j] - static_cast<float>(dot));
+    for (int64_t j = i + 1; j < T; ++j) drow[j] = 0.0f;
+  }
+}
+
 double softmax_cross_entropy(const float* logits, const int32_t* targets, int64_t B, int64_t V,
                              float* dlogits, float grad_scale) {
+  PSAR_ON_CUDA(softmax_cross_entropy, logits, targets, B, V, dlogits, grad_scale);
   double total = 0.0;
   for (int64_t b = 0; b < B; ++b) {
     const float* z = logits + b * V;
@@ -172,6 +222,7 @@ double softmax_cross_entropy(const float* logits, const int32_t* targets, int64_
 }
 
 int64_t count_correct(const float* logits, const int32_t* targets, int64_t B, int64_t V) {
+  PSAR_ON_CUDA(count_correct, logits, targets, B, V);
   int64_t correct = 0;
   for (int64_t b = 0; b < B; ++b) {
     const float* z = logits + b * V;
@@ -182,6 +233,7 @@ int64_t count_correct(const float* logits, const int32_t* targets, int64_t B, in
 
 void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed,
                      uint64_t stream, uint64_t first) {
+  PSAR_ON_CUDA(dropout_forward, out, inp, n, p, seed, stream, first);
   if (p <= 0.0f) {
     std::copy_n(inp, n, out);
     return;
@@ -196,6 +248,11 @@ void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64
   dropout_forward(dinp, dout, n, p, seed, stream, first);  // same mask, same scale
 }
 
+void copy(float* dst, const float* src, int64_t n) {
+  PSAR_ON_CUDA(copy, dst, src, n);
+  std::copy_n(src, n, dst);
+}
+
 // The reduction kernels of every collective. Built twice, for AVX2 and for
 // the baseline, and picked at load time: in-cache sums run about twice as fast
 // with AVX2 (bench/bench_reduce), which is what MPI's own reduction uses.
@@ -204,15 +261,18 @@ void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64
 
 PSAR_REDUCTION_KERNEL
 void add_inplace(float* __restrict dst, const float* __restrict src, int64_t n) {
+  PSAR_ON_CUDA(add_inplace, dst, src, n);
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
 PSAR_REDUCTION_KERNEL
 void add(float* __restrict dst, const float* __restrict a, const float* __restrict b, int64_t n) {
+  PSAR_ON_CUDA(add, dst, a, b, n);
   for (int64_t i = 0; i < n; ++i) dst[i] = a[i] + b[i];
 }
 
 void scale(float* x, float s, int64_t n) {
+  PSAR_ON_CUDA(scale, x, s, n);
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 

@@ -43,6 +43,14 @@ void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* mean, const float* rstd, int64_t N, int64_t C);
 
+// ---- causal softmax of attention scores ---------------------------------------------
+// p: [T, T] scores, in place: row i becomes the softmax of its entries j ≤ i,
+// zeros above the diagonal.
+void causal_softmax_forward(float* p, int64_t T);
+// dp: [T, T] in place, p the forward's output: dS_ij = P_ij·(dP_ij − Σ_k P_ik·dP_ik)
+// for j ≤ i, zero above the diagonal.
+void causal_softmax_backward(float* dp, const float* p, int64_t T);
+
 // ---- softmax cross-entropy ------------------------------------------------------
 // logits: [B, V]; targets: [B]. Returns the mean loss over the B rows. If
 // dlogits is non-null it receives grad_scale · ∂(mean loss)/∂logits.
@@ -59,6 +67,10 @@ void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t 
                      uint64_t stream, uint64_t first);
 void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64_t seed,
                       uint64_t stream, uint64_t first);
+
+// ---- copies -------------------------------------------------------------------------
+// dst[i] = src[i], both on the current device (core/device.h).
+void copy(float* dst, const float* src, int64_t n);
 
 // ---- reductions used by collectives -----------------------------------------------
 // dst[i] += src[i]

@@ -5,10 +5,23 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/tensor.h"
+#if PSAR_HAVE_CUDA
+#include "core/ops_cuda.h"
+#endif
 
 namespace psar {
 
 namespace {
+
+// On a CUDA optimizer (state and spans in device memory) the update runs in
+// core/ops_cuda.cu with the same formulas; one branch per step.
+#if PSAR_HAVE_CUDA
+#define PSAR_OPTIMIZER_ON_CUDA(kernel, ...) \
+  if (device_ == Device::kCuda) [[unlikely]] return ops::cuda::kernel(__VA_ARGS__)
+#else
+#define PSAR_OPTIMIZER_ON_CUDA(kernel, ...)
+#endif
 
 // The optimizers' loops, built for AVX2 and for the baseline and picked at
 // load time, like the reduction kernels in ops.cc. Every operation is an IEEE
@@ -35,29 +48,41 @@ PSAR_OPTIMIZER_KERNEL void sgd_momentum_kernel(float* p, const float* g, float* 
 // SGD with (heavy-ball) momentum: v = μ·v + g;  p -= lr·v.
 class Sgd final : public Optimizer {
  public:
-  Sgd(const OptimizerOptions& o, int64_t size) : Optimizer(o) {
-    if (o.momentum != 0.0f) velocity_.assign(static_cast<size_t>(size), 0.0f);
+  Sgd(const OptimizerOptions& o, int64_t size, Device device) : Optimizer(o), device_(device) {
+    if (o.momentum != 0.0f) velocity_ = Tensor({size}, device);
   }
   void step(std::span<float> p, std::span<const float> g) override {
     PSAR_CHECK(p.size() == g.size(), "sgd: params and grads differ in size");
     const float lr = this->lr(), mu = options_.momentum, wd = options_.weight_decay;
     const auto n = static_cast<int64_t>(p.size());
-    if (velocity_.empty()) {
-      sgd_kernel(p.data(), g.data(), n, lr, wd);
+    if (velocity_.numel() == 0) {
+      update(p.data(), g.data(), n, lr, wd);
     } else {
-      PSAR_CHECK(velocity_.size() == p.size(), "sgd: state sized ", velocity_.size(),
+      PSAR_CHECK(velocity_.numel() == n, "sgd: state sized ", velocity_.numel(),
                  " but step() got ", p.size());
-      sgd_momentum_kernel(p.data(), g.data(), velocity_.data(), n, lr, mu, wd);
+      update_momentum(p.data(), g.data(), velocity_.data(), n, lr, mu, wd);
     }
     ++steps_;
   }
   std::vector<std::span<float>> state() override {
-    if (velocity_.empty()) return {};
-    return {velocity_};
+    if (velocity_.numel() == 0) return {};
+    return {velocity_.span()};
   }
+  Device device() const override { return device_; }
 
  private:
-  std::vector<float> velocity_;
+  void update(float* p, const float* g, int64_t n, float lr, float wd) {
+    PSAR_OPTIMIZER_ON_CUDA(sgd, p, g, n, lr, wd);
+    sgd_kernel(p, g, n, lr, wd);
+  }
+  void update_momentum(float* p, const float* g, float* v, int64_t n, float lr, float mu,
+                       float wd) {
+    PSAR_OPTIMIZER_ON_CUDA(sgd_momentum, p, g, v, n, lr, mu, wd);
+    sgd_momentum_kernel(p, g, v, n, lr, mu, wd);
+  }
+
+  Device device_;
+  Tensor velocity_;
 };
 
 // One Adam step over n elements (AdamW decay when wd > 0), the bias
@@ -80,10 +105,11 @@ PSAR_OPTIMIZER_KERNEL void adam_kernel(
 // Adam (AdamW when weight_decay > 0), with bias correction.
 class Adam final : public Optimizer {
  public:
-  Adam(const OptimizerOptions& o, int64_t size)
-      : Optimizer(o), m_(static_cast<size_t>(size), 0.0f), v_(static_cast<size_t>(size), 0.0f) {}
+  Adam(const OptimizerOptions& o, int64_t size, Device device)
+      : Optimizer(o), device_(device), m_({size}, device), v_({size}, device) {}
   void step(std::span<float> p, std::span<const float> g) override {
-    PSAR_CHECK(p.size() == g.size() && p.size() == m_.size(), "adam: size mismatch");
+    PSAR_CHECK(p.size() == g.size() && static_cast<int64_t>(p.size()) == m_.numel(),
+               "adam: size mismatch");
     const float lr = this->lr();
     ++steps_;
     const float b1 = options_.beta1, b2 = options_.beta2;
@@ -92,13 +118,22 @@ class Adam final : public Optimizer {
     // The kernel's pointers are __restrict: the parameters must not overlap the gradient.
     PSAR_CHECK(p.data() + p.size() <= g.data() || g.data() + g.size() <= p.data() || p.empty(),
                "adam: params and grads overlap");
-    adam_kernel(p.data(), g.data(), m_.data(), v_.data(), static_cast<int64_t>(p.size()), lr, b1,
-                b2, 1.0f / c1, 1.0f / c2, options_.eps, options_.weight_decay);
+    update(p.data(), g.data(), static_cast<int64_t>(p.size()), lr, b1, b2, 1.0f / c1, 1.0f / c2);
   }
-  std::vector<std::span<float>> state() override { return {m_, v_}; }
+  std::vector<std::span<float>> state() override { return {m_.span(), v_.span()}; }
+  Device device() const override { return device_; }
 
  private:
-  std::vector<float> m_, v_;
+  void update(float* p, const float* g, int64_t n, float lr, float b1, float b2, float inv_c1,
+              float inv_c2) {
+    const float eps = options_.eps, wd = options_.weight_decay;
+    PSAR_OPTIMIZER_ON_CUDA(adam, p, g, m_.data(), v_.data(), n, lr, b1, b2, inv_c1, inv_c2, eps,
+                           wd);
+    adam_kernel(p, g, m_.data(), v_.data(), n, lr, b1, b2, inv_c1, inv_c2, eps, wd);
+  }
+
+  Device device_;
+  Tensor m_, v_;
 };
 
 }  // namespace
@@ -114,12 +149,13 @@ float scheduled_lr(const OptimizerOptions& o, int64_t step) {
   return o.lr;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options, int64_t size) {
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options, int64_t size,
+                                          Device device) {
   if (options.schedule != "constant" && options.schedule != "cosine")
     throw ConfigError("optimizer.schedule: unknown schedule '" + options.schedule +
                       "' (expected constant or cosine)");
-  if (options.type == "sgd") return std::make_unique<Sgd>(options, size);
-  if (options.type == "adam") return std::make_unique<Adam>(options, size);
+  if (options.type == "sgd") return std::make_unique<Sgd>(options, size, device);
+  if (options.type == "adam") return std::make_unique<Adam>(options, size, device);
   throw ConfigError("optimizer.type: unknown optimizer '" + options.type +
                     "' (expected sgd or adam)");
 }

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
+
 namespace psar {
 
 struct OptimizerOptions {
@@ -41,7 +43,10 @@ class Optimizer {
   // learning-rate schedule and Adam's bias correction) and the per-element
   // state buffers, each as long as the parameters (SGD with momentum: the
   // velocity; Adam: m, then v; plain SGD: none).
+  // On a CUDA optimizer the spans are device memory.
   virtual std::vector<std::span<float>> state() = 0;
+  // Where the state lives and step() expects its spans (make_optimizer's device).
+  virtual Device device() const = 0;
   void set_steps(int64_t steps) { steps_ = steps; }
 
  protected:
@@ -53,8 +58,9 @@ class Optimizer {
   int64_t steps_ = 0;
 };
 
-// Creates the optimizer named by options.type for `size` parameters.
-// Throws ConfigError for an unknown type.
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options, int64_t size);
+// Creates the optimizer named by options.type for `size` parameters, its
+// state on `device`. Throws ConfigError for an unknown type.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options, int64_t size,
+                                          Device device = Device::kCpu);
 
 }  // namespace psar

@@ -35,12 +35,13 @@ void ParamStore::initialize(const ParamInfo& info, uint64_t seed, std::span<floa
   }
 }
 
-void ParamStore::finalize(uint64_t seed) {
+void ParamStore::finalize(uint64_t seed, Device device) {
   PSAR_CHECK(!finalized_, "ParamStore::finalize() called twice");
-  params_.assign(static_cast<size_t>(total_), 0.0f);
-  grads_.assign(static_cast<size_t>(total_), 0.0f);
+  Tensor host({total_});
   for (const auto& info : infos_)
-    initialize(info, seed, {params_.data() + info.offset, static_cast<size_t>(info.numel)});
+    initialize(info, seed, {host.data() + info.offset, static_cast<size_t>(info.numel)});
+  params_ = device == Device::kCpu ? std::move(host) : host.to(device);
+  grads_ = Tensor({total_}, device);
   finalized_ = true;
 }
 
@@ -55,15 +56,21 @@ const ParamInfo& ParamStore::info(const std::string& name) const { return infos_
 Tensor ParamStore::param(int index) {
   PSAR_CHECK(finalized_, "ParamStore::param() before finalize()");
   const auto& info = infos_.at(index);
-  return Tensor::view(params_.data() + info.offset, info.shape);
+  return Tensor::view(params_.data() + info.offset, info.shape, params_.device());
 }
 
 Tensor ParamStore::grad(int index) {
   PSAR_CHECK(finalized_, "ParamStore::grad() before finalize()");
   const auto& info = infos_.at(index);
-  return Tensor::view(grads_.data() + info.offset, info.shape);
+  return Tensor::view(grads_.data() + info.offset, info.shape, grads_.device());
 }
 
-void ParamStore::zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+void ParamStore::zero_grads() { grads_.zero(); }
+
+void ParamStore::move_to(Device device) {
+  if (device == params_.device()) return;
+  params_ = params_.to(device);
+  grads_ = grads_.to(device);
+}
 
 }  // namespace psar

@@ -41,8 +41,10 @@ class ParamStore {
  public:
   // Registers a parameter; returns its index. Only before finalize().
   int add(const std::string& name, Shape shape, Init init);
-  // Allocates the arenas and initializes every parameter from `seed`.
-  void finalize(uint64_t seed);
+  // Allocates the arenas on `device` and initializes every parameter from
+  // `seed` (on the host, then copied: the values do not depend on the device).
+  void finalize(uint64_t seed, Device device = Device::kCpu);
+  Device device() const { return params_.device(); }
 
   bool finalized() const { return finalized_; }
   int64_t size() const { return total_; }  // floats in each arena
@@ -54,12 +56,15 @@ class ParamStore {
   Tensor param(const std::string& name) { return param(index_of(name)); }
   Tensor grad(const std::string& name) { return grad(index_of(name)); }
 
-  std::span<float> params() { return {params_.data(), params_.size()}; }
-  std::span<float> grads() { return {grads_.data(), grads_.size()}; }
-  std::span<const float> params() const { return {params_.data(), params_.size()}; }
-  std::span<const float> grads() const { return {grads_.data(), grads_.size()}; }
+  // The whole arenas, in device() memory.
+  std::span<float> params() { return params_.span(); }
+  std::span<float> grads() { return grads_.span(); }
+  std::span<const float> params() const { return params_.span(); }
+  std::span<const float> grads() const { return grads_.span(); }
 
   void zero_grads();
+  // Moves both arenas to `device`; views taken before are invalid after.
+  void move_to(Device device);
 
   // Fills `out` with the values parameter `info` would get from `seed`, for
   // elements [first, first + out.size()) of its flattened full tensor.
@@ -71,8 +76,8 @@ class ParamStore {
 
   std::vector<ParamInfo> infos_;
   std::unordered_map<std::string, int> by_name_;
-  std::vector<float> params_;
-  std::vector<float> grads_;
+  Tensor params_;
+  Tensor grads_;
   int64_t total_ = 0;
   bool finalized_ = false;
 };

@@ -11,12 +11,22 @@
 #include <span>
 #include <string_view>
 
+// block() and uniform() also compile as CUDA device code (core/ops_cuda.cu,
+// built with --expt-relaxed-constexpr for std::array), so a dropout mask on a
+// GPU is the CPU's mask.
+#if defined(__CUDACC__)
+#define PSAR_HOST_DEVICE __host__ __device__
+#else
+#define PSAR_HOST_DEVICE
+#endif
+
 namespace psar {
 
 class Philox {
  public:
   // One block of four 32-bit words for counter (index, stream).
-  static std::array<uint32_t, 4> block(uint64_t seed, uint64_t stream, uint64_t index) {
+  PSAR_HOST_DEVICE static std::array<uint32_t, 4> block(uint64_t seed, uint64_t stream,
+                                                         uint64_t index) {
     uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32);
     uint32_t c2 = static_cast<uint32_t>(stream), c3 = static_cast<uint32_t>(stream >> 32);
     uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
@@ -36,7 +46,7 @@ class Philox {
   }
 
   // Uniform in [0, 1) from the first word of the block.
-  static float uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+  PSAR_HOST_DEVICE static float uniform(uint64_t seed, uint64_t stream, uint64_t index) {
     return static_cast<float>(block(seed, stream, index)[0] >> 8) * 0x1.0p-24f;
   }
 

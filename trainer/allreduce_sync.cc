@@ -1,5 +1,6 @@
 #include "trainer/allreduce_sync.h"
 
+#include "allreduce/staged.h"
 #include "allreduce/tuned.h"
 #include "core/errors.h"
 #include "core/ops.h"
@@ -7,8 +8,10 @@
 namespace psar {
 
 AllreduceSync::AllreduceSync(Comm& comm, std::unique_ptr<Allreducer> algorithm,
-                             const OptimizerOptions& optimizer, int64_t size)
-    : comm_(comm), algorithm_(std::move(algorithm)), optimizer_(make_optimizer(optimizer, size)) {}
+                             const OptimizerOptions& optimizer, int64_t size, Device device)
+    : comm_(comm),
+      algorithm_(std::move(algorithm)),
+      optimizer_(make_optimizer(optimizer, size, device)) {}
 
 void AllreduceSync::step(std::span<float> params, std::span<float> grads) {
   algorithm_->allreduce(comm_, grads);
@@ -29,22 +32,32 @@ void AllreduceSync::finish(std::span<float> params, std::span<float> grads) {
 AllreduceOptions allreduce_options(const Config& config) {
   AllreduceOptions options;
   options.segment_bytes = config.get_bytes("sync.segment_bytes");
+  options.nccl_algo = config.get_string("sync.nccl_algo");
+  options.nccl_proto = config.get_string("sync.nccl_proto");
   return options;
 }
 
 namespace {
-SyncSetup allreduce_setup(std::unique_ptr<Allreducer> algorithm, SyncInit& init) {
+// With the arenas on a CUDA device (train.device: cuda) the optimizer state
+// lives there too, and a host algorithm is staged through host memory
+// (allreduce/staged.h); a device algorithm (nccl) reduces them in place.
+SyncSetup allreduce_setup(std::unique_ptr<Allreducer> algorithm, SyncInit& init,
+                          bool device_algorithm = false) {
   Comm& group = init.data_parallel ? *init.data_parallel : init.world;
+  const Device device = init.params.device();
+  if (device != Device::kCpu && !device_algorithm)
+    algorithm = stage_through_host(std::move(algorithm));
   SyncSetup setup;
   setup.workers = &init.world;
   setup.sync = std::make_unique<AllreduceSync>(group, std::move(algorithm), init.optimizer,
-                                               init.params.size());
+                                               init.params.size(), device);
   return setup;
 }
 }  // namespace
 
 SyncSetup make_allreduce_sync(const std::string& algorithm, SyncInit& init) {
-  return allreduce_setup(make_allreducer(algorithm, allreduce_options(init.config)), init);
+  return allreduce_setup(make_allreducer(algorithm, allreduce_options(init.config)), init,
+                         find_allreducer(algorithm).device);
 }
 
 SyncSetup make_tuned_sync(SyncInit& init) {

@@ -10,7 +10,7 @@ namespace psar {
 class AllreduceSync final : public GradientSync {
  public:
   AllreduceSync(Comm& comm, std::unique_ptr<Allreducer> algorithm,
-                const OptimizerOptions& optimizer, int64_t size);
+                const OptimizerOptions& optimizer, int64_t size, Device device = Device::kCpu);
   std::string name() const override { return algorithm_->name(); }
   void step(std::span<float> params, std::span<float> grads) override;
   CommCounters counters() const override { return comm_.counters(); }

@@ -122,8 +122,19 @@ void begin_run_files(Comm& workers, const Config& config, const std::string& out
 namespace {
 
 const std::vector<std::string> kSummaryHeader = {
-    "experiment",    "sync",   "world_size",    "steps",   "epochs", "final_loss",
-    "test_accuracy", "wall_s", "samples_per_s", "network", "status"};
+    "experiment", "sync",          "world_size", "steps",     "epochs",     "final_loss",
+    "test_accuracy", "wall_s",     "samples_per_s", "device", "nccl_algo", "nccl_proto",
+    "network",    "status"};
+
+// train.device, and the NCCL settings where NCCL runs (the sync backend or the
+// TP all-reduces; empty otherwise).
+std::vector<std::string> device_columns(const Config& config) {
+  const bool nccl = config.get_string("sync.backend") == "nccl" ||
+                    (config.get_int("parallel.tp") > 1 &&
+                     config.get_string("parallel.tp_allreduce") == "nccl");
+  return {config.get_string("train.device"), nccl ? config.get_string("sync.nccl_algo") : "",
+          nccl ? config.get_string("sync.nccl_proto") : ""};
+}
 
 }  // namespace
 
@@ -131,12 +142,13 @@ void write_run_end(Comm& workers, Comm& world, const Config& config, const RunEn
                    const TrainResult& result, const Tracer& tracer) {
   const bool write = workers.rank() == 0 && !end.out_dir.empty();
   if (write) {
+    const auto device = device_columns(config);
     CsvWriter summary(kSummaryHeader);
     summary.row({config.get_string("experiment.name"), end.sync, CsvWriter::num(world.size()),
                  CsvWriter::num(result.steps), CsvWriter::num(result.epochs),
                  CsvWriter::num(result.final_loss), CsvWriter::num(result.test_accuracy),
-                 CsvWriter::num(result.wall_s), CsvWriter::num(result.samples_per_s), end.network,
-                 "finished"});
+                 CsvWriter::num(result.wall_s), CsvWriter::num(result.samples_per_s),
+                 device[0], device[1], device[2], end.network, "finished"});
     summary.write(end.out_dir + "/summary.csv");
   }
   if (tracer.enabled()) {
@@ -155,9 +167,11 @@ void write_error_summary(const Config& config, const RunEnd& end, int world_size
                          int64_t steps_done, const std::string& what) {
   if (end.out_dir.empty()) return;
   try {
+    const auto device = device_columns(config);
     CsvWriter summary(kSummaryHeader);
     summary.row({config.get_string("experiment.name"), end.sync, CsvWriter::num(world_size),
-                 CsvWriter::num(steps_done), "", "", "", "", "", end.network, "error: " + what});
+                 CsvWriter::num(steps_done), "", "", "", "", "", device[0], device[1], device[2],
+                 end.network, "error: " + what});
     summary.write(end.out_dir + "/summary.csv");
   } catch (const std::exception&) {
     // The error being reported matters more than its summary line.

@@ -67,6 +67,7 @@ Schema build() {
   s.add({"train.log_every", T::kInt, "50", "steps between progress lines"});
   s.add({"train.eval_every", T::kInt, "0", "steps between test evaluations (0 = once per epoch)"});
   s.add({"train.trace", T::kBool, "false", "write a Chrome/Perfetto trace.json"});
+  s.add({"train.device", T::kString, "cpu", "where parameters, gradients, optimizer state and activations live (cuda: docs/gpu.md)", {"cpu", "cuda"}});
   s.add({"train.checkpoint_every", T::kInt, "0",
          "steps between checkpoints in the run directory (0 = none; psar train --resume continues "
          "from the latest)"});
@@ -75,6 +76,8 @@ Schema build() {
   s.add({"sync.backend", T::kString, "mpi", "gradient synchronization backend (--sync)", {}, &sync_names});
   s.add({"sync.segment_bytes", T::kBytes, "512K", "pipelining segment of ring/tree"});
   s.add({"sync.timeout", T::kDuration, "60s", "deadline of every communication wait"});
+  s.add({"sync.nccl_algo", T::kString, "auto", "nccl: NCCL_ALGO of the communicator (auto: NCCL's choice or the environment's)", {"auto", "ring", "tree"}});
+  s.add({"sync.nccl_proto", T::kString, "auto", "nccl: NCCL_PROTO of the communicator (auto: NCCL's choice or the environment's)", {"auto", "LL", "LL128", "Simple"}});
   s.add({"sync.tuning", T::kString, "", "sync.backend auto: the tuning table psar tune wrote (CSV ranks,algo,bytes,time_us)"});
   s.add({"sync.overlap", T::kBool, "false", "sync gradient buckets on a communication thread while the backward runs (false: one sync after the backward)"});
   s.add({"sync.bucket_bytes", T::kBytes, "1M", "overlap: gradients are synced in buckets of this size (a bucket splits a tensor only when the tensor alone is larger)"});

@@ -6,7 +6,9 @@
 #include <numeric>
 
 #include "allreduce/allreducer.h"
+#include "allreduce/staged.h"
 #include "comm/netem.h"
+#include "core/device.h"
 #include "core/errors.h"
 #include "core/timer.h"
 #include "core/trace.h"
@@ -225,6 +227,29 @@ void restore_rank(const CheckpointFile& f, int rank, const GridCoord& coord, int
   model.set_batches_seen(static_cast<uint64_t>(f.get_int("model_batches_seen")));
 }
 
+// train.device, checked against this build, this machine and what runs on a
+// CUDA device so far (docs/gpu.md): the MLP and the GPT, one pipeline stage,
+// tensor parallelism with the column_row split, no checkpoints, an allreduce
+// backend. A ConfigError names the key.
+Device training_device(const Config& config, const Parallel& par, const std::string& sync_name,
+                       const SyncCapabilities& backend) {
+  const Device device = parse_device(config.get_string("train.device"), "train.device");
+  if (device == Device::kCpu) return device;
+  require_device(device, "train.device");
+  const auto refuse = [](const std::string& what) {
+    throw ConfigError("train.device: cuda does not run " + what + " yet (docs/gpu.md)");
+  };
+  const std::string model = config.get_string("model.type");
+  if (model != "mlp" && model != "gpt") refuse("model.type " + model + " (mlp and gpt do)");
+  if (par.p > 1) refuse("pipeline parallelism (parallel.pp must be 1)");
+  if (par.t > 1 && config.get_string("parallel.tp_split") != "column_row")
+    refuse("parallel.tp_split " + config.get_string("parallel.tp_split") + " (column_row does)");
+  if (config.get_int("train.checkpoint_every") > 0) refuse("checkpoints (train.checkpoint_every)");
+  if (!backend.model_parallel)
+    refuse("sync.backend " + sync_name + " (choose an allreduce backend or nccl)");
+  return device;
+}
+
 // How far a run got, for the summary of a run that stops on an error.
 struct Progress {
   bool lead = false;  // worker rank 0 of a run that started (its files exist)
@@ -247,6 +272,10 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   const StepPlan plan = plan_steps(config, data.train->size());
   const int layers = model_layers(config, *data.train);
   const SyncCapabilities backend = sync_capabilities(sync_name, config);
+  const Device device = training_device(config, par, sync_name, backend);
+  if (device == Device::kCuda) use_cuda_device(local_cuda_device());
+  // Every op of this thread runs on the training device (core/device.h).
+  const DeviceScope on_device(device);
   if (!backend.model_parallel && par.t * par.p > 1)
     throw ConfigError(concat("sync.backend ", sync_name,
                              " runs data parallelism only (a shard group per model slice is not "
@@ -280,7 +309,17 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     layout.stage = grid->coord().pp;
   }
   std::unique_ptr<Allreducer> tp_allreduce;
-  if (par.t > 1) tp_allreduce = make_allreducer(config.get_string("parallel.tp_allreduce"));
+  if (par.t > 1) {
+    // Host algorithms keep their default segments; nccl takes sync.nccl_*.
+    AllreduceOptions tp_options;
+    tp_options.nccl_algo = config.get_string("sync.nccl_algo");
+    tp_options.nccl_proto = config.get_string("sync.nccl_proto");
+    const std::string name = config.get_string("parallel.tp_allreduce");
+    tp_allreduce = make_allreducer(name, tp_options);
+    // On a CUDA device a host algorithm reduces a copy in pinned host memory.
+    if (device != Device::kCpu && !find_allreducer(name).device)
+      tp_allreduce = stage_through_host(std::move(tp_allreduce));
+  }
   TpGroup tp(grid && par.t > 1 ? &grid->tp() : nullptr, tp_allreduce.get());
 
   // ---- this rank's part of the model ----------------------------------------
@@ -293,7 +332,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     chunk_params.emplace_back(before, static_cast<int>(store.infos().size()));
   }
   const auto seed = static_cast<uint64_t>(config.get_int("train.seed"));
-  store.finalize(seed);
+  store.finalize(seed, device);
   model->bind(store);
   const std::vector<TiedParam> tied = model->tied_params();
   std::vector<float> tied_scratch;
@@ -530,6 +569,10 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
 
   // ---- results: the replica's loss on every stage, the whole model ------------
   result.losses = log.losses();
+  // The gathered model is host memory: bring the arenas back (the model's
+  // views of the device arenas are not used after this).
+  if (device != Device::kCpu) store.move_to(Device::kCpu);
+  const DeviceScope on_host(Device::kCpu);
   check_tied_params(store, tied, layout, pipeline, tied_scratch);
   result.params = gather_model(*model, store, chunk_params, layout, grid->tp(), pipeline);
   result.steps = plan.total_steps;

@@ -11,6 +11,25 @@
 
 namespace psar {
 
+void DeviceBatch::load(const Batch& batch, Device device) {
+  if (device == Device::kCpu) {
+    inputs_ = batch.inputs.data();
+    tokens_ = batch.tokens.data();
+    targets_ = batch.targets.data();
+    return;
+  }
+  if (batch.inputs.numel() > 0) {
+    if (inputs_storage_.device() != device || inputs_storage_.numel() != batch.inputs.numel())
+      inputs_storage_ = Tensor(batch.inputs.shape(), device);
+    inputs_storage_.copy_from(batch.inputs);
+  }
+  tokens_storage_.assign(batch.tokens, device);
+  targets_storage_.assign(batch.targets, device);
+  inputs_ = batch.inputs.numel() > 0 ? inputs_storage_.data() : nullptr;
+  tokens_ = tokens_storage_.data();
+  targets_ = targets_storage_.data();
+}
+
 ClassificationDataset::ClassificationDataset(int64_t features, int64_t classes,
                                              std::vector<float> x, std::vector<int32_t> y)
     : features_(features), classes_(classes), x_(std::move(x)), y_(std::move(y)) {

@@ -23,6 +23,24 @@ struct Batch {
   std::vector<int32_t> targets;
 };
 
+// A batch's columns on a device: the explicit copy a model makes from the
+// host batch when its parameters live on CUDA (train.device: cuda). On the
+// CPU the pointers are the batch's own, without a copy.
+class DeviceBatch {
+ public:
+  void load(const Batch& batch, Device device);
+  const float* inputs() const { return inputs_; }
+  const int32_t* tokens() const { return tokens_; }
+  const int32_t* targets() const { return targets_; }
+
+ private:
+  Tensor inputs_storage_;
+  IntBuffer tokens_storage_, targets_storage_;
+  const float* inputs_ = nullptr;
+  const int32_t* tokens_ = nullptr;
+  const int32_t* targets_ = nullptr;
+};
+
 // Samples addressed by index; the trainer picks indices, the dataset fills
 // the batch.
 class Dataset {

@@ -1,7 +1,6 @@
 #include "workloads/gpt.h"
 
 #include <cmath>
-#include <cstring>
 
 #include "core/errors.h"
 #include "core/ops.h"
@@ -21,7 +20,7 @@ float proj_std(const GptOptions& o) {
   return o.init_std / std::sqrt(2.0f * static_cast<float>(o.layers));
 }
 
-int64_t floats_of(std::initializer_list<const std::vector<float>*> buffers) {
+int64_t floats_of(std::initializer_list<const Buffer*> buffers) {
   size_t n = 0;
   for (const auto* b : buffers) n += b->size();
   return static_cast<int64_t>(n);
@@ -59,14 +58,14 @@ struct Gpt::Block {
 };
 
 // One block of one micro-batch, N = b·T rows: [N, d] each, [N] for the
-// layer norms' statistics.
+// layer norms' statistics. Every buffer is on the device the model runs on.
 struct Gpt::BlockStash {
   ParallelSelfAttention::Activations attn;
   ParallelMLP::Activations mlp;
   // LN1(x), attention output, x after the attention residual, LN2 of it, MLP
   // output; the gradients at LN2's and LN1's outputs (for the weight half)
-  std::vector<float> ln1, attn_out, mid, ln2, mlp_out, dln2, dln1;
-  std::vector<float> mean1, rstd1, mean2, rstd2;
+  Buffer ln1, attn_out, mid, ln2, mlp_out, dln2, dln1;
+  Buffer mean1, rstd1, mean2, rstd2;
 
   int64_t bytes() const {
     return attn.bytes() + mlp.bytes() +
@@ -80,12 +79,12 @@ struct Gpt::BlockStash {
 struct Gpt::Stash final : pp::Activations {
   std::vector<BlockStash> blocks;
   // xs[j]: the residual stream entering block j; xs[n] leaves the chunk
-  std::vector<std::vector<float>> xs;
+  std::vector<Buffer> xs;
   // The residual stream's gradient walked down the chunk; on the front chunk
   // it ends as the gradient of x_0 (after dropout's backward).
-  std::vector<float> dres;
+  Buffer dres;
   // Back: LN_f output and statistics, logits [N, V], (1/m)·∂loss/∂logits, ∂/∂xf
-  std::vector<float> xf, lnf_mean, lnf_rstd, logits, dlogits, dxf;
+  Buffer xf, lnf_mean, lnf_rstd, logits, dlogits, dxf;
   DropoutContext drop;
 
   int64_t bytes() const override {
@@ -192,6 +191,7 @@ void Gpt::set_batch(const Batch& batch) {
                  batch.targets.size() == batch.tokens.size(),
              "batch holds ", batch.tokens.size(), " tokens, expected ", rows, " × ", o_.seq_len);
   batch_ = &batch;
+  staged_.load(batch, store_ ? store_->device() : Device::kCpu);
   loss_ = 0;
   ++batches_;
 }
@@ -270,7 +270,7 @@ void Gpt::run_forward(int chunk, Stash& s, const int32_t* tokens, const float* x
       ops::dropout_forward(s.xs[0].data(), s.xs[0].data(), N * d, drop.p, drop.seed,
                            drop.stream("embd_dropout"), 0);
   } else {
-    std::memcpy(s.xs[0].data(), x, Nd * sizeof(float));
+    ops::copy(s.xs[0].data(), x, N * d);
   }
 
   for (size_t j = 0; j < n; ++j) {
@@ -316,12 +316,12 @@ void Gpt::forward(int chunk, int i, pp::Activations& a, std::span<const float> x
   if (ch.back) {
     // The backward starts here: dlogits = (1/m)·∂(mean loss of micro-batch i)/∂logits.
     const float scale = 1.0f / static_cast<float>(layout_.microbatches);
-    loss_ += ops::softmax_cross_entropy(s.logits.data(), batch_->targets.data() + i * N, N, V,
+    loss_ += ops::softmax_cross_entropy(s.logits.data(), staged_.targets() + i * N, N, V,
                                         s.dlogits.data(), scale) *
              scale;
   } else {
     PSAR_CHECK(y.size() == s.xs.back().size(), "chunk output has ", y.size(), " floats");
-    std::memcpy(y.data(), s.xs.back().data(), y.size() * sizeof(float));
+    ops::copy(y.data(), s.xs.back().data(), static_cast<int64_t>(y.size()));
   }
 }
 
@@ -395,7 +395,7 @@ void Gpt::begin_backward(int chunk, Stash& s, std::span<const float> dy, int64_t
     return;
   }
   PSAR_CHECK(dy.size() == s.dres.size(), "chunk output gradient has ", dy.size(), " floats");
-  std::memcpy(s.dres.data(), dy.data(), dy.size() * sizeof(float));
+  ops::copy(s.dres.data(), dy.data(), static_cast<int64_t>(dy.size()));
 }
 
 // The chunk's input gradient out of s.dres; on the front, kept for the
@@ -408,7 +408,7 @@ void Gpt::end_backward(int chunk, Stash& s, std::span<float> dx, int64_t N) {
     return;
   }
   PSAR_CHECK(dx.size() == s.dres.size(), "chunk input gradient has ", dx.size(), " floats");
-  std::memcpy(dx.data(), s.dres.data(), dx.size() * sizeof(float));
+  ops::copy(dx.data(), s.dres.data(), static_cast<int64_t>(dx.size()));
 }
 
 // dwte[token] += dx_0, dwpe[position] += dx_0
@@ -466,15 +466,16 @@ EvalStats Gpt::eval_forward(int chunk, const Batch& batch, std::span<const float
              batch.tokens.size(), " tokens, expected ", rows, " × ", o_.seq_len);
   Stash s;
   run_forward(chunk, s, batch.tokens.data(), x.data(), rows, {});  // no dropout
+  eval_staged_.load(batch, store_->device());
   EvalStats stats;
   if (!ch.back) {
-    std::memcpy(y.data(), s.xs.back().data(), y.size() * sizeof(float));
+    ops::copy(y.data(), s.xs.back().data(), static_cast<int64_t>(y.size()));
   } else {
     stats.count = N;
-    stats.loss_sum = ops::softmax_cross_entropy(s.logits.data(), batch.targets.data(), N,
+    stats.loss_sum = ops::softmax_cross_entropy(s.logits.data(), eval_staged_.targets(), N,
                                                 o_.vocab, nullptr) *
                      static_cast<double>(N);
-    stats.correct = ops::count_correct(s.logits.data(), batch.targets.data(), N, o_.vocab);
+    stats.correct = ops::count_correct(s.logits.data(), eval_staged_.targets(), N, o_.vocab);
   }
   return stats;
 }

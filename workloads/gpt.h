@@ -133,6 +133,8 @@ class Gpt final : public Model {
   std::vector<int> block_index_;                // layer l -> index into blocks_, -1 if not held
   ParamStore* store_ = nullptr;
   const Batch* batch_ = nullptr;
+  // The targets where the store's arenas are (tokens index on the host).
+  DeviceBatch staged_, eval_staged_;
   int wte_ = -1, wpe_ = -1, head_wte_ = -1, lnf_w_ = -1, lnf_b_ = -1;
   uint64_t batches_ = 0;  // set_batch calls: the dropout masks' step
   double loss_ = 0;

@@ -15,17 +15,27 @@ using psar::detail::concat;
 // layer j of the chunk, [b, out_j] each: the pre-activation (none for the
 // classifier), the activation (the logits for the classifier) and the
 // gradient of the pre-activation. x: the chunk's input [b, in_0].
+// All of it on the model's device.
 struct Mlp::Stash final : pp::Activations {
-  std::vector<float> x;
-  std::vector<std::vector<float>> pre, act, dpre;
+  explicit Stash(Device device) : x({0}, device) {}
+  Tensor x;
+  std::vector<Tensor> pre, act, dpre;
 
   int64_t bytes() const override {
-    size_t n = x.size();
+    int64_t n = x.numel();
     for (const auto* list : {&pre, &act, &dpre})
-      for (const auto& v : *list) n += v.size();
-    return static_cast<int64_t>(n * sizeof(float));
+      for (const auto& v : *list) n += v.numel();
+    return n * static_cast<int64_t>(sizeof(float));
   }
 };
+
+namespace {
+// Sizes `list` to `count` tensors on `device` (kept when already there).
+void size_list(std::vector<Tensor>& list, size_t count, Device device) {
+  while (list.size() < count) list.emplace_back(Shape{0}, device);
+  list.resize(count);
+}
+}  // namespace
 
 Mlp::Mlp(MlpOptions options, const ModelContext& context)
     : o_(std::move(options)), layout_(context.layout) {
@@ -71,6 +81,7 @@ void Mlp::set_batch(const Batch& batch) {
   PSAR_CHECK(batch.inputs.numel() == rows * o_.inputs, "batch has ", batch.inputs.numel(),
              " inputs, expected ", rows * o_.inputs);
   batch_ = &batch;
+  staged_.load(batch, device_);
   loss_ = 0;
 }
 
@@ -81,7 +92,7 @@ int64_t Mlp::eval_numel(int vstage, int64_t rows) const {
 }
 
 std::unique_ptr<pp::Activations> Mlp::make_activations(int) const {
-  return std::make_unique<Stash>();
+  return std::make_unique<Stash>(device_);
 }
 
 // b·(in_0 + Σ_j out_j·3), two instead of three for the classifier.
@@ -92,8 +103,8 @@ int64_t Mlp::activation_bytes(int chunk) const {
   return floats * layout_.microbatch_rows * static_cast<int64_t>(sizeof(float));
 }
 
-void Mlp::run_layers(int chunk, const float* x, int64_t rows, std::vector<std::vector<float>>& pre,
-                     std::vector<std::vector<float>>& act) {
+void Mlp::run_layers(int chunk, const float* x, int64_t rows, std::vector<Tensor>& pre,
+                     std::vector<Tensor>& act) {
   PSAR_CHECK(store_, "Mlp used before bind()");
   const float* h = x;
   const auto& layers = chunks_[static_cast<size_t>(chunk)];
@@ -118,29 +129,31 @@ void Mlp::forward(int chunk, int i, pp::Activations& a, std::span<const float> x
   const auto& layers = chunks_[static_cast<size_t>(chunk)];
   Stash& s = static_cast<Stash&>(a);
   const bool front = layout_.front(chunk);
-  const float* in = front ? batch_->inputs.data() + i * b * o_.inputs : x.data();
+  const float* in = front ? staged_.inputs() + i * b * o_.inputs : x.data();
   PSAR_CHECK(front || static_cast<int64_t>(x.size()) == b * layers.front().in, "chunk input has ",
              x.size(), " floats");
-  s.x.assign(in, in + b * layers.front().in);
-  s.pre.resize(layers.size());
-  s.act.resize(layers.size());
-  s.dpre.resize(layers.size());
+  s.x.ensure({b * layers.front().in});
+  ops::copy(s.x.data(), in, s.x.numel());
+  size_list(s.pre, layers.size(), device_);
+  size_list(s.act, layers.size(), device_);
+  size_list(s.dpre, layers.size(), device_);
   for (size_t j = 0; j < layers.size(); ++j) {
-    const auto n = static_cast<size_t>(b * layers[j].out);
-    s.pre[j].resize(layers[j].classifier ? 0 : n);
-    s.act[j].resize(n);
-    s.dpre[j].resize(n);
+    const int64_t n = b * layers[j].out;
+    s.pre[j].ensure({layers[j].classifier ? 0 : n});
+    s.act[j].ensure({n});
+    s.dpre[j].ensure({n});
   }
   run_layers(chunk, s.x.data(), b, s.pre, s.act);
   if (layout_.back(chunk)) {
     // The backward starts here: dlogits = (1/m)·∂(mean loss of micro-batch i)/∂logits.
     const float scale = 1.0f / static_cast<float>(layout_.microbatches);
-    loss_ += ops::softmax_cross_entropy(s.act.back().data(), batch_->targets.data() + i * b, b,
+    loss_ += ops::softmax_cross_entropy(s.act.back().data(), staged_.targets() + i * b, b,
                                         o_.classes, s.dpre.back().data(), scale) *
              scale;
   } else {
-    PSAR_CHECK(y.size() == s.act.back().size(), "chunk output has ", y.size(), " floats");
-    std::memcpy(y.data(), s.act.back().data(), y.size() * sizeof(float));
+    PSAR_CHECK(static_cast<int64_t>(y.size()) == s.act.back().numel(), "chunk output has ",
+               y.size(), " floats");
+    ops::copy(y.data(), s.act.back().data(), static_cast<int64_t>(y.size()));
   }
 }
 
@@ -155,7 +168,8 @@ void Mlp::top_gradient(int chunk, Stash& s, std::span<const float> dy) {
   const auto& layers = chunks_[static_cast<size_t>(chunk)];
   const size_t top = layers.size() - 1;
   if (layers[top].classifier) return;
-  PSAR_CHECK(dy.size() == s.act[top].size(), "chunk output gradient has ", dy.size(), " floats");
+  PSAR_CHECK(static_cast<int64_t>(dy.size()) == s.act[top].numel(), "chunk output gradient has ",
+             dy.size(), " floats");
   const int64_t n = layout_.microbatch_rows * layers[top].out;
   if (o_.gelu) ops::gelu_backward(s.dpre[top].data(), dy.data(), s.pre[top].data(), n);
   else ops::relu_backward(s.dpre[top].data(), dy.data(), s.pre[top].data(), n);
@@ -216,22 +230,24 @@ EvalStats Mlp::eval_forward(int chunk, const Batch& batch, std::span<const float
                             std::span<float> y) {
   const int64_t rows = batch.size;
   const auto& layers = chunks_[static_cast<size_t>(chunk)];
-  std::vector<std::vector<float>> pre(layers.size()), act(layers.size());
+  std::vector<Tensor> pre, act;
   for (size_t j = 0; j < layers.size(); ++j) {
-    pre[j].resize(static_cast<size_t>(rows * layers[j].out));
-    act[j].resize(static_cast<size_t>(rows * layers[j].out));
+    pre.emplace_back(Shape{rows * layers[j].out}, device_);
+    act.emplace_back(Shape{rows * layers[j].out}, device_);
   }
-  run_layers(chunk, layout_.front(chunk) ? batch.inputs.data() : x.data(), rows, pre, act);
+  eval_staged_.load(batch, device_);
+  run_layers(chunk, layout_.front(chunk) ? eval_staged_.inputs() : x.data(), rows, pre, act);
   EvalStats s;
   if (!layout_.back(chunk)) {
-    std::memcpy(y.data(), act.back().data(), y.size() * sizeof(float));
+    ops::copy(y.data(), act.back().data(), static_cast<int64_t>(y.size()));
     return s;
   }
   const float* logits = act.back().data();
   s.count = rows;
-  s.loss_sum = ops::softmax_cross_entropy(logits, batch.targets.data(), rows, o_.classes, nullptr) *
-               static_cast<double>(rows);
-  s.correct = ops::count_correct(logits, batch.targets.data(), rows, o_.classes);
+  s.loss_sum =
+      ops::softmax_cross_entropy(logits, eval_staged_.targets(), rows, o_.classes, nullptr) *
+      static_cast<double>(rows);
+  s.correct = ops::count_correct(logits, eval_staged_.targets(), rows, o_.classes);
   return s;
 }
 

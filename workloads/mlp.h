@@ -29,7 +29,11 @@ class Mlp final : public Model {
 
   std::string name() const override { return "mlp"; }
   void declare(ParamStore& store, int chunk) override;
-  void bind(ParamStore& store) override { store_ = &store; }
+  // Activations live where the store's arenas do (train.device).
+  void bind(ParamStore& store) override {
+    store_ = &store;
+    device_ = store.device();
+  }
   void set_batch(const Batch& batch) override;
   double batch_loss() const override { return loss_; }
 
@@ -64,15 +68,18 @@ class Mlp final : public Model {
   void layer_weight(int chunk, size_t j, const Stash& s);
 
   // Layers of `chunk` on `rows` rows of x into pre/act (sized by the caller).
-  void run_layers(int chunk, const float* x, int64_t rows, std::vector<std::vector<float>>& pre,
-                  std::vector<std::vector<float>>& act);
+  void run_layers(int chunk, const float* x, int64_t rows, std::vector<Tensor>& pre,
+                  std::vector<Tensor>& act);
 
   MlpOptions o_;
   StageLayout layout_;
   std::vector<int64_t> widths_;             // inputs, hidden..., classes
   std::vector<std::vector<Layer>> chunks_;  // [chunk] -> its layers, bottom up
   ParamStore* store_ = nullptr;
+  Device device_ = Device::kCpu;
   const Batch* batch_ = nullptr;
+  DeviceBatch staged_;  // batch_ on device_
+  DeviceBatch eval_staged_;
   double loss_ = 0;
 };
 

@@ -91,16 +91,7 @@ void ParallelSelfAttention::forward(Activations& a, float* y, const float* x, in
       float* p = a.att.data() + (b * heads_local_ + h) * TT;  // [T, T]
       // scores = Q·Kᵀ/√d_h, then a causal softmax per row (positions j ≤ i)
       ops::gemm(false, true, T_, T_, hd_, scale, q, ld, k, ld, 0.0f, p, T_);
-      for (int64_t i = 0; i < T_; ++i) {
-        float* row = p + i * T_;
-        float mx = row[0];
-        for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
-        double sum = 0;
-        for (int64_t j = 0; j <= i; ++j) sum += (row[j] = std::exp(row[j] - mx));
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-        for (int64_t j = i + 1; j < T_; ++j) row[j] = 0.0f;
-      }
+      ops::causal_softmax_forward(p, T_);
       const float* pv = p;
       if (drop.p > 0) {
         float* pd = a.att_drop.data() + (b * heads_local_ + h) * TT;
@@ -151,14 +142,7 @@ void ParallelSelfAttention::backward_input(Activations& a, float* dx, const floa
         ops::dropout_backward(dp, dp, TT, drop.p, drop.seed,
                               drop.stream(o_.name + ".attn_dropout"), att_index(b, h));
       // softmax backward: dS_ij = P_ij·(dP_ij − Σ_k P_ik·dP_ik), zero above the diagonal
-      for (int64_t i = 0; i < T_; ++i) {
-        const float* prow = p + i * T_;
-        float* drow = dp + i * T_;
-        double dot = 0;
-        for (int64_t j = 0; j <= i; ++j) dot += static_cast<double>(prow[j]) * drow[j];
-        for (int64_t j = 0; j <= i; ++j) drow[j] = prow[j] * (drow[j] - static_cast<float>(dot));
-        for (int64_t j = i + 1; j < T_; ++j) drow[j] = 0.0f;
-      }
+      ops::causal_softmax_backward(dp, p, T_);
       // S = Q·Kᵀ/√d_h:  dQ = dS·K/√d_h,  dK = dSᵀ·Q/√d_h
       ops::gemm(false, false, T_, hd_, T_, scale, dp, T_, k, ld, 0.0f, dq, ld);
       ops::gemm(true, false, T_, hd_, T_, scale, dp, T_, q, ld, 0.0f, dk, ld);

@@ -43,15 +43,16 @@ struct ParallelAttentionOptions {
 
 class ParallelSelfAttention {
  public:
-  // One micro-batch's tensors, N = B·T rows, on this rank's heads.
+  // One micro-batch's tensors, N = B·T rows, on this rank's heads (on the
+  // current device, core/tensor.h's Buffer).
   struct Activations {
-    std::vector<float> qkv;       // [N, 3·d/t]: Q_r | K_r | V_r per row
-    std::vector<float> att;       // [B, H/t, T, T] softmax probabilities (0 above the diagonal)
-    std::vector<float> att_drop;  // the same after dropout (only when p > 0)
-    std::vector<float> ctx;       // [N, d/t] heads' outputs, head h at columns h·d_h
-    std::vector<float> dy_pre;    // [N, d] output gradient before the output dropout
-    std::vector<float> dctx;      // [N, d/t]
-    std::vector<float> dqkv;      // [N, 3·d/t]
+    Buffer qkv;                   // [N, 3·d/t]: Q_r | K_r | V_r per row
+    Buffer att;                   // [B, H/t, T, T] softmax probabilities (0 above the diagonal)
+    Buffer att_drop;              // the same after dropout (only when p > 0)
+    Buffer ctx;                   // [N, d/t] heads' outputs, head h at columns h·d_h
+    Buffer dy_pre;                // [N, d] output gradient before the output dropout
+    Buffer dctx;                  // [N, d/t]
+    Buffer dqkv;                  // [N, 3·d/t]
     DropoutContext drop;          // of its forward
     int64_t bytes() const;
   };
@@ -80,7 +81,7 @@ class ParallelSelfAttention {
   int64_t T_, hd_, heads_local_, d_local_;  // seq, head size, H/t, d/t
   ColumnParallelLinear qkv_;
   RowParallelLinear proj_;
-  std::vector<float> datt_;  // [T, T] scratch of one head's backward
+  Buffer datt_;  // [T, T] scratch of one head's backward
 };
 
 }  // namespace psar

@@ -46,9 +46,9 @@ class ParallelMLP {
  public:
   // One micro-batch's tensors; h = hidden/t (column_row) or hidden (row_column).
   struct Activations {
-    std::vector<float> h_pre, h_act;  // X·A + a, GeLU of it: [N, h]
-    std::vector<float> dz_pre;        // [N, d_model] output gradient before dropout
-    std::vector<float> dh_act, dh_pre;  // [N, h] each
+    Buffer h_pre, h_act;              // X·A + a, GeLU of it: [N, h]
+    Buffer dz_pre;                    // [N, d_model] output gradient before dropout
+    Buffer dh_act, dh_pre;            // [N, h] each
     DropoutContext drop;              // of its forward
     int64_t bytes() const;
   };

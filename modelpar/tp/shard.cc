@@ -105,9 +105,18 @@ int ShardedParams::add(ParamStore& store, const std::string& name, const Shape& 
 }
 
 void ShardedParams::initialize(ParamStore& store, uint64_t seed) const {
-  for (const auto& e : entries_)
-    if (t_ > 1 && e.spec.kind != ShardSpec::Kind::kReplicated)
-      initialize_shard(e.full, seed, e.spec, rank_, t_, store.param(e.id).span());
+  std::vector<float> host;  // a device arena's shard is filled on the host, then copied
+  for (const auto& e : entries_) {
+    if (t_ == 1 || e.spec.kind == ShardSpec::Kind::kReplicated) continue;
+    Tensor shard = store.param(e.id);
+    if (shard.device() == Device::kCpu) {
+      initialize_shard(e.full, seed, e.spec, rank_, t_, shard.span());
+      continue;
+    }
+    host.assign(static_cast<size_t>(shard.numel()), 0.0f);
+    initialize_shard(e.full, seed, e.spec, rank_, t_, host);
+    device_copy(shard.data(), shard.device(), host.data(), Device::kCpu, shard.numel());
+  }
 }
 
 }  // namespace psar

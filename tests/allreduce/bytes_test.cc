@@ -121,5 +121,21 @@ INSTANTIATE_TEST_SUITE_P(Allreduce, Volumes, ::testing::ValuesIn(shapes()),
                                   std::to_string(info.param.count) + "floats";
                          });
 
+// nccl's traffic bypasses Comm; the allreducer adds 2(N−1)/N·M per rank
+// (docs/gpu.md), which over N ranks is the ring's exact total, 2(N−1)·M.
+TEST(Bytes, NcclFormulaIsTheRingVolumePerRank) {
+  const AllreducerEntry& ring = find_allreducer("ring");
+  for (int N = 1; N <= 9; ++N)
+    for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000003}}) {
+      const int64_t per_rank = nccl_bytes_per_rank(N, count);
+      const long double exact = 2.0L * (N - 1) * 4.0L * static_cast<long double>(count) / N;
+      EXPECT_LE(static_cast<long double>(per_rank), exact) << N << " " << count;
+      EXPECT_GT(static_cast<long double>(per_rank) + 1, exact) << N << " " << count;
+      const int64_t ring_total = ring.sent_bytes_total(N, count);
+      EXPECT_EQ(ring_total, 2 * (N - 1) * 4 * count) << N << " " << count;
+      EXPECT_LE(ring_total - per_rank * N, N) << N << " " << count;
+    }
+}
+
 }  // namespace
 }  // namespace psar

@@ -1,0 +1,489 @@
+// CUDA kernels behind core/ops.h (see core/ops_cuda.h). Same formulas as the
+// CPU code in core/ops.cc, with the same accumulation precision (double for
+// layer-norm statistics and the softmax normalizer), so results agree to
+// rounding; reductions run in a different order, so not bit for bit, except
+// the elementwise optimizer updates and dropout, which are exact.
+// GEMMs go to cuBLAS in FP32 (no TF32: CUBLAS_DEFAULT_MATH).
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/errors.h"
+#include "core/ops_cuda.h"
+#include "core/rng.h"
+
+namespace psar::ops::cuda {
+
+namespace {
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+
+void check_blas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw Error(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(status)));
+}
+
+// One cuBLAS handle per host thread (a handle is not safe to share across
+// threads); it runs on the legacy default stream like every kernel here.
+cublasHandle_t blas() {
+  struct Handle {
+    cublasHandle_t h = nullptr;
+    Handle() {
+      check_blas(cublasCreate(&h), "cublasCreate");
+      check_blas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    }
+    ~Handle() {
+      if (h) cublasDestroy(h);
+    }
+  };
+  thread_local Handle handle;
+  return handle.h;
+}
+
+int blas_int(int64_t v) {
+  PSAR_CHECK(v >= 0 && v <= std::numeric_limits<int>::max(), "GEMM dimension ", v,
+             " does not fit a BLAS int");
+  return static_cast<int>(v);
+}
+
+constexpr int kThreads = 256;
+unsigned blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
+}
+#define PSAR_GRID_LOOP(i, n) \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{blockDim.x} * gridDim.x)
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+
+// Sum over the block (kThreads threads) of one value per thread; every thread
+// gets the total.
+template <typename T>
+__device__ T block_sum(T v, T* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+    __syncthreads();
+  }
+  const T total = shared[0];
+  __syncthreads();
+  return total;
+}
+
+__device__ float block_max(float v, float* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) shared[threadIdx.x] = fmaxf(shared[threadIdx.x], shared[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  const float total = shared[0];
+  __syncthreads();
+  return total;
+}
+
+// ---- elementwise ----------------------------------------------------------------------
+__global__ void broadcast_rows_kernel(float* out, const float* row, int64_t B, int64_t C) {
+  PSAR_GRID_LOOP(i, B * C) out[i] = row[i % C];
+}
+__global__ void column_sum_kernel(float* dbias, const float* dout, int64_t B, int64_t C) {
+  PSAR_GRID_LOOP(j, C) {
+    float s = dbias[j];
+    for (int64_t b = 0; b < B; ++b) s += dout[b * C + j];  // the CPU's order: row by row
+    dbias[j] = s;
+  }
+}
+__global__ void relu_forward_kernel(float* out, const float* inp, int64_t n) {
+  PSAR_GRID_LOOP(i, n) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+__global__ void relu_backward_kernel(float* dinp, const float* dout, const float* inp, int64_t n) {
+  PSAR_GRID_LOOP(i, n) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+  PSAR_GRID_LOOP(i, n) {
+    const float x = inp[i];
+    const float cube = 0.044715f * x * x * x;
+    out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + cube)));
+  }
+}
+__global__ void gelu_backward_kernel(float* dinp, const float* dout, const float* inp, int64_t n) {
+  PSAR_GRID_LOOP(i, n) {
+    const float x = inp[i];
+    const float cube = 0.044715f * x * x * x;
+    const float t = tanhf(kGeluScale * (x + cube));
+    const float sech2 = 1.0f - t * t;
+    const float local =
+        0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = local * dout[i];
+  }
+}
+__global__ void dropout_kernel(float* out, const float* inp, int64_t n, float p, float keep_scale,
+                               uint64_t seed, uint64_t stream, uint64_t first) {
+  PSAR_GRID_LOOP(i, n) {
+    out[i] = Philox::uniform(seed, stream, first + i) >= p ? inp[i] * keep_scale : 0.0f;
+  }
+}
+__global__ void add_inplace_kernel(float* dst, const float* src, int64_t n) {
+  PSAR_GRID_LOOP(i, n) dst[i] += src[i];
+}
+__global__ void add_kernel(float* dst, const float* a, const float* b, int64_t n) {
+  PSAR_GRID_LOOP(i, n) dst[i] = a[i] + b[i];
+}
+__global__ void scale_kernel(float* x, float s, int64_t n) { PSAR_GRID_LOOP(i, n) x[i] *= s; }
+
+// ---- layer norm: one block per row ---------------------------------------------------------
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
+                                         const float* weight, const float* bias, int64_t C) {
+  __shared__ double shared[kThreads];
+  const int64_t i = blockIdx.x;
+  const float* x = inp + i * C;
+  double s = 0.0;
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) s += x[j];
+  const double m = block_sum(s, shared) / static_cast<double>(C);
+  double v = 0.0;
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) v += (x[j] - m) * (x[j] - m);
+  v = block_sum(v, shared) / static_cast<double>(C);
+  const float r = static_cast<float>(1.0 / sqrt(v + 1e-5));
+  const float mf = static_cast<float>(m);
+  float* y = out + i * C;
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) y[j] = (x[j] - mf) * r * weight[j] + bias[j];
+  if (threadIdx.x == 0) {
+    mean[i] = mf;
+    rstd[i] = r;
+  }
+}
+__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
+                                                const float* weight, const float* mean,
+                                                const float* rstd, int64_t C, bool accumulate) {
+  __shared__ double shared[kThreads];
+  const int64_t i = blockIdx.x;
+  const float* dy = dout + i * C;
+  const float* x = inp + i * C;
+  double sum_dn = 0.0, sum_dn_norm = 0.0;
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) {
+    const double norm = (x[j] - mean[i]) * rstd[i];
+    const double dn = dy[j] * weight[j];
+    sum_dn += dn;
+    sum_dn_norm += dn * norm;
+  }
+  const double a = block_sum(sum_dn, shared) / static_cast<double>(C);
+  const double b = block_sum(sum_dn_norm, shared) / static_cast<double>(C);
+  float* dx = dinp + i * C;
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) {
+    const double norm = (x[j] - mean[i]) * rstd[i];
+    const float g = static_cast<float>(rstd[i] * (dy[j] * weight[j] - a - norm * b));
+    dx[j] = accumulate ? dx[j] + g : g;
+  }
+}
+// One thread per column, rows in order, as on the CPU.
+__global__ void layernorm_backward_weight_kernel(float* dweight, float* dbias, const float* dout,
+                                                 const float* inp, const float* mean,
+                                                 const float* rstd, int64_t N, int64_t C) {
+  PSAR_GRID_LOOP(j, C) {
+    float dw = dweight[j], db = dbias[j];
+    for (int64_t i = 0; i < N; ++i) {
+      dw += dout[i * C + j] * (inp[i * C + j] - mean[i]) * rstd[i];
+      db += dout[i * C + j];
+    }
+    dweight[j] = dw;
+    dbias[j] = db;
+  }
+}
+
+// ---- causal softmax: one block per row i of [T, T] ----------------------------------------
+__global__ void causal_softmax_forward_kernel(float* p, int64_t T) {
+  __shared__ double shared[kThreads];
+  __shared__ float shared_max[kThreads];
+  const int64_t i = blockIdx.x;
+  float* row = p + i * T;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j <= i; j += kThreads) mx = fmaxf(mx, row[j]);
+  mx = block_max(mx, shared_max);
+  double sum = 0;
+  for (int64_t j = threadIdx.x; j <= i; j += kThreads) {
+    const float e = expf(row[j] - mx);
+    row[j] = e;
+    sum += e;
+  }
+  const float inv = static_cast<float>(1.0 / block_sum(sum, shared));
+  for (int64_t j = threadIdx.x; j < T; j += kThreads) row[j] = j <= i ? row[j] * inv : 0.0f;
+}
+__global__ void causal_softmax_backward_kernel(float* dp, const float* p, int64_t T) {
+  __shared__ double shared[kThreads];
+  const int64_t i = blockIdx.x;
+  const float* prow = p + i * T;
+  float* drow = dp + i * T;
+  double dot = 0;
+  for (int64_t j = threadIdx.x; j <= i; j += kThreads) dot += static_cast<double>(prow[j]) * drow[j];
+  const float d = static_cast<float>(block_sum(dot, shared));
+  for (int64_t j = threadIdx.x; j < T; j += kThreads)
+    drow[j] = j <= i ? prow[j] * (drow[j] - d) : 0.0f;
+}
+
+// ---- softmax cross-entropy: one block per row; row losses summed on the host -----------------
+__global__ void softmax_cross_entropy_kernel(const float* logits, const int32_t* targets, int64_t V,
+                                             float* dlogits, double grad_scale_over_B,
+                                             double* row_loss, int* bad_target) {
+  __shared__ double shared[kThreads];
+  __shared__ float shared_max[kThreads];
+  const int64_t b = blockIdx.x;
+  const float* z = logits + b * V;
+  const int32_t t = targets[b];
+  if (t < 0 || t >= V) {
+    if (threadIdx.x == 0) {
+      *bad_target = 1;
+      row_loss[b] = 0.0;
+    }
+    return;
+  }
+  float zmax = -INFINITY;
+  for (int64_t j = threadIdx.x; j < V; j += kThreads) zmax = fmaxf(zmax, z[j]);
+  zmax = block_max(zmax, shared_max);
+  double sum = 0.0;
+  for (int64_t j = threadIdx.x; j < V; j += kThreads) sum += exp(static_cast<double>(z[j] - zmax));
+  const double log_sum = log(block_sum(sum, shared));
+  if (threadIdx.x == 0) row_loss[b] = log_sum - static_cast<double>(z[t] - zmax);
+  if (dlogits) {
+    float* dz = dlogits + b * V;
+    for (int64_t j = threadIdx.x; j < V; j += kThreads) {
+      const double p = exp(static_cast<double>(z[j] - zmax) - log_sum);
+      dz[j] = static_cast<float>(grad_scale_over_B * (p - (j == t ? 1.0 : 0.0)));
+    }
+  }
+}
+// Row b is correct iff its first maximal logit is at the target (std::max_element).
+__global__ void count_correct_kernel(const float* logits, const int32_t* targets, int64_t V,
+                                     int* correct) {
+  __shared__ float shared_max[kThreads];
+  __shared__ double shared[kThreads];
+  const int64_t b = blockIdx.x;
+  const float* z = logits + b * V;
+  float zmax = -INFINITY;
+  for (int64_t j = threadIdx.x; j < V; j += kThreads) zmax = fmaxf(zmax, z[j]);
+  zmax = block_max(zmax, shared_max);
+  // The smallest index holding the maximum (as a double: exact for any int32 index).
+  double first = static_cast<double>(V);
+  for (int64_t j = threadIdx.x; j < V; j += kThreads)
+    if (z[j] == zmax && j < first) first = static_cast<double>(j);
+  shared[threadIdx.x] = first;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) shared[threadIdx.x] = fmin(shared[threadIdx.x], shared[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) correct[b] = static_cast<int64_t>(shared[0]) == targets[b] ? 1 : 0;
+}
+
+// ---- optimizers ---------------------------------------------------------------------------
+__global__ void sgd_kernel(float* p, const float* g, int64_t n, float lr, float wd) {
+  PSAR_GRID_LOOP(i, n) p[i] -= lr * (g[i] + wd * p[i]);
+}
+__global__ void sgd_momentum_kernel(float* p, const float* g, float* velocity, int64_t n,
+                                    float lr, float mu, float wd) {
+  PSAR_GRID_LOOP(i, n) {
+    const float v = mu * velocity[i] + g[i] + wd * p[i];
+    velocity[i] = v;
+    p[i] -= lr * v;
+  }
+}
+__global__ void adam_kernel(float* p, const float* g, float* m_state, float* v_state, int64_t n,
+                            float lr, float b1, float b2, float inv_c1, float inv_c2, float eps,
+                            float wd) {
+  PSAR_GRID_LOOP(i, n) {
+    const float m = b1 * m_state[i] + (1.0f - b1) * g[i];
+    const float v = b2 * v_state[i] + (1.0f - b2) * g[i] * g[i];
+    m_state[i] = m;
+    v_state[i] = v;
+    p[i] -= lr * ((m * inv_c1) / (sqrtf(v * inv_c2) + eps) + wd * p[i]);
+  }
+}
+
+// Per-thread device scratch for per-row results, grown on demand.
+template <typename T>
+T* scratch(int64_t n) {
+  struct Buffer {
+    T* data = nullptr;
+    int64_t size = 0;
+    ~Buffer() {
+      if (data) cudaFree(data);
+    }
+  };
+  thread_local Buffer buffer;
+  if (n > buffer.size) {
+    if (buffer.data) check(cudaFree(buffer.data), "cudaFree");
+    buffer.data = nullptr;
+    check(cudaMalloc(&buffer.data, static_cast<size_t>(n) * sizeof(T)), "cudaMalloc (scratch)");
+    buffer.size = n;
+  }
+  return buffer.data;
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the
+  // operands, keep the flags and leading dimensions. K = 0 gives C = beta·C.
+  check_blas(cublasSgemm(blas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                         trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, blas_int(N), blas_int(M),
+                         blas_int(K), &alpha, B, blas_int(ldb), A, blas_int(lda), &beta, C,
+                         blas_int(ldc)),
+             "cublasSgemm");
+}
+
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t B, int64_t C_in, int64_t C_out) {
+  float beta = 0.0f;
+  if (bias) {
+    broadcast_rows_kernel<<<blocks_for(B * C_out), kThreads>>>(out, bias, B, C_out);
+    check_launch("broadcast_rows_kernel");
+    beta = 1.0f;
+  }
+  gemm(false, false, B, C_out, C_in, 1.0f, inp, C_in, weight, C_out, beta, out, C_out);
+}
+
+void linear_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                            int64_t B, int64_t C_in, int64_t C_out) {
+  gemm(true, false, C_in, C_out, B, 1.0f, inp, C_in, dout, C_out, 1.0f, dweight, C_out);
+  if (dbias) {
+    column_sum_kernel<<<blocks_for(C_out), kThreads>>>(dbias, dout, B, C_out);
+    check_launch("column_sum_kernel");
+  }
+}
+
+#define PSAR_ELEMENTWISE(kernel, n, ...)                        \
+  do {                                                          \
+    if ((n) == 0) return;                                       \
+    kernel<<<blocks_for(n), kThreads>>>(__VA_ARGS__);           \
+    check_launch(#kernel);                                      \
+  } while (0)
+
+void relu_forward(float* out, const float* inp, int64_t n) {
+  PSAR_ELEMENTWISE(relu_forward_kernel, n, out, inp, n);
+}
+void relu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  PSAR_ELEMENTWISE(relu_backward_kernel, n, dinp, dout, inp, n);
+}
+void gelu_forward(float* out, const float* inp, int64_t n) {
+  PSAR_ELEMENTWISE(gelu_forward_kernel, n, out, inp, n);
+}
+void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  PSAR_ELEMENTWISE(gelu_backward_kernel, n, dinp, dout, inp, n);
+}
+void add_inplace(float* dst, const float* src, int64_t n) {
+  PSAR_ELEMENTWISE(add_inplace_kernel, n, dst, src, n);
+}
+void add(float* dst, const float* a, const float* b, int64_t n) {
+  PSAR_ELEMENTWISE(add_kernel, n, dst, a, b, n);
+}
+void scale(float* x, float s, int64_t n) { PSAR_ELEMENTWISE(scale_kernel, n, x, s, n); }
+
+void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed,
+                     uint64_t stream, uint64_t first) {
+  if (n == 0) return;
+  if (p <= 0.0f) {
+    check(cudaMemcpy(out, inp, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice),
+          "cudaMemcpy (dropout)");
+    return;
+  }
+  PSAR_ELEMENTWISE(dropout_kernel, n, out, inp, n, p, 1.0f / (1.0f - p), seed, stream, first);
+}
+
+void copy(float* dst, const float* src, int64_t n) {
+  if (n == 0) return;
+  check(cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice),
+        "cudaMemcpy (copy)");
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t N, int64_t C) {
+  if (N == 0) return;
+  layernorm_forward_kernel<<<static_cast<unsigned>(N), kThreads>>>(out, mean, rstd, inp, weight,
+                                                                    bias, C);
+  check_launch("layernorm_forward_kernel");
+}
+
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+                              const float* weight, const float* mean, const float* rstd,
+                              int64_t N, int64_t C, bool accumulate) {
+  if (N == 0) return;
+  layernorm_backward_input_kernel<<<static_cast<unsigned>(N), kThreads>>>(
+      dinp, dout, inp, weight, mean, rstd, C, accumulate);
+  check_launch("layernorm_backward_input_kernel");
+}
+
+void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* mean, const float* rstd, int64_t N, int64_t C) {
+  PSAR_ELEMENTWISE(layernorm_backward_weight_kernel, C, dweight, dbias, dout, inp, mean, rstd, N,
+                   C);
+}
+
+void causal_softmax_forward(float* p, int64_t T) {
+  if (T == 0) return;
+  causal_softmax_forward_kernel<<<static_cast<unsigned>(T), kThreads>>>(p, T);
+  check_launch("causal_softmax_forward_kernel");
+}
+
+void causal_softmax_backward(float* dp, const float* p, int64_t T) {
+  if (T == 0) return;
+  causal_softmax_backward_kernel<<<static_cast<unsigned>(T), kThreads>>>(dp, p, T);
+  check_launch("causal_softmax_backward_kernel");
+}
+
+double softmax_cross_entropy(const float* logits, const int32_t* targets, int64_t B, int64_t V,
+                             float* dlogits, float grad_scale) {
+  if (B == 0) return 0.0;
+  double* row_loss = scratch<double>(B);
+  int* bad = scratch<int>(1);
+  check(cudaMemset(bad, 0, sizeof(int)), "cudaMemset");
+  const double s = static_cast<double>(grad_scale) / static_cast<double>(B);
+  softmax_cross_entropy_kernel<<<static_cast<unsigned>(B), kThreads>>>(logits, targets, V, dlogits,
+                                                                        s, row_loss, bad);
+  check_launch("softmax_cross_entropy_kernel");
+  std::vector<double> host(static_cast<size_t>(B));
+  int bad_host = 0;
+  check(cudaMemcpy(host.data(), row_loss, host.size() * sizeof(double), cudaMemcpyDeviceToHost),
+        "cudaMemcpy (loss)");
+  check(cudaMemcpy(&bad_host, bad, sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy (loss)");
+  PSAR_CHECK(bad_host == 0, "a target outside [0, ", V, ")");
+  double total = 0.0;
+  for (double l : host) total += l;  // the CPU's order: row by row
+  return total / static_cast<double>(B);
+}
+
+int64_t count_correct(const float* logits, const int32_t* targets, int64_t B, int64_t V) {
+  if (B == 0) return 0;
+  int* rows = scratch<int>(B);
+  count_correct_kernel<<<static_cast<unsigned>(B), kThreads>>>(logits, targets, V, rows);
+  check_launch("count_correct_kernel");
+  std::vector<int> host(static_cast<size_t>(B));
+  check(cudaMemcpy(host.data(), rows, host.size() * sizeof(int), cudaMemcpyDeviceToHost),
+        "cudaMemcpy (count_correct)");
+  int64_t correct = 0;
+  for (int c : host) correct += c;
+  return correct;
+}
+
+void sgd(float* p, const float* g, int64_t n, float lr, float wd) {
+  PSAR_ELEMENTWISE(sgd_kernel, n, p, g, n, lr, wd);
+}
+void sgd_momentum(float* p, const float* g, float* velocity, int64_t n, float lr, float mu,
+                  float wd) {
+  PSAR_ELEMENTWISE(sgd_momentum_kernel, n, p, g, velocity, n, lr, mu, wd);
+}
+void adam(float* p, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2,
+          float inv_c1, float inv_c2, float eps, float wd) {
+  PSAR_ELEMENTWISE(adam_kernel, n, p, g, m, v, n, lr, b1, b2, inv_c1, inv_c2, eps, wd);
+}
+
+}  // namespace psar::ops::cuda

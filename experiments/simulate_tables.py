@@ -27,7 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from psar_exp import ROOT  # noqa: E402
 from psar_exp.io import md_table, write_text  # noqa: E402
-from psar_exp.runner import psar_binary  # noqa: E402
+from psar_exp.runner import machine_state, psar_binary, record_provenance  # noqa: E402
 
 CONFIGS = os.path.join(ROOT, "experiments", "simulate")
 CALIBRATION_ROW = "megatron_145p6b"
@@ -91,6 +91,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "simulate"))
     args = ap.parse_args()
     psar = psar_binary()
+    before = machine_state()
     os.makedirs(args.out, exist_ok=True)
     paper_cal = next(r[6] for r in MEGATRON if r[0] == CALIBRATION_ROW)
     eff = calibrate(psar, paper_cal)
@@ -180,6 +181,7 @@ def main():
                "memory-bound kernels, which make a GPU's rate depend on the GEMM sizes and the "
                "hidden size. The validation against psar's own runs is validation.md, by "
                "experiments/sim_validation.py.\n")
+    record_provenance(args.out, before)
 
 
 def plot(points, path):

@@ -114,9 +114,13 @@ def measure(args):
                         cmd = mpirun_prefix(ranks) + [psar, "train", TRAIN_CONFIG, "--out", out,
                                                       "--quiet"] + sets_args(MODEL + NET + train_sets)
                         run(cmd, high_priority=True)
-                except RunError as e:  # the other rows still run; report skips this one
+                except RunError as e:  # the other rows still run; a row keeps its finished repeats
                     print(f"{name} failed: {e}")
-                    log.pop(name, None)
+                    log[name] = {"load_before": state["load"], "load_after": os.getloadavg()[0],
+                                 "steal": None, "ranks": ranks, "repeats": i,
+                                 "failed": f"repeat r{i}: {str(e).splitlines()[0][:200]}",
+                                 "command": " ".join(cmd)}
+                    write_text(log_path, json.dumps(log, indent=1) + "\n")
                     continue
                 steal = steal_share(state["cpu"], cpu_times())
                 log[name] = {"load_before": state["load"], "load_after": os.getloadavg()[0],
@@ -182,7 +186,7 @@ def report(args):
     table, csv_rows = [], []
     for name, label, ranks, _, sim_sets in rows():
         row_dir = os.path.join(RUNS, name)
-        if name not in log or not os.path.isdir(row_dir):
+        if name not in log or not os.path.isdir(row_dir) or not log[name].get("repeats", 1):
             continue
         m = measured(row_dir)
         # The simulator's FLOPs per stage: its compute time at rate R0.
@@ -200,7 +204,10 @@ def report(args):
         if r["dp"] > 1:
             parts.append(f"sync {r['sync_exposed_s']:.3f}")
         within = abs(err) <= TARGET
-        table.append([label, ranks, f"{st['load_before']:.1f} → {st['load_after']:.1f}",
+        load = lambda x: "—" if x is None else f"{x:.1f}"  # noqa: E731
+        if st.get("failed"):
+            label += f" ({st['repeats']} run; a repeat failed, see below)"
+        table.append([label, ranks, f"{load(st['load_before'])} → {load(st['load_after'])}",
                       f"{rate:.3g}",
                       f"{m['step_s']:.3f} ({m['min']:.3f}–{m['max']:.3f})",
                       f"{r['step_s']:.3f} ({', '.join(parts)})",

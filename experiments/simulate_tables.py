@@ -172,9 +172,8 @@ def main():
                "schedule, 3D) at 1 Gbit/s: `experiments/sim_validation.py measure` then "
                "`report`; the runs, their commands and the machine state in validation_runs/\n"
                "- plan_gpt3_175b.md, plan_megatron_1t.md: `psar plan` on GPT-3 175B (1024 GPUs) "
-               "and the 1T row (3072 GPUs), each with its command and commit (made with that "
-               "commit's compute model — one efficiency, no waves or memory-bound kernels, ring "
-               "sync — and not regenerated since)\n\n"
+               "and the 1T row (3072 GPUs), each with its command and commit and "
+               "calibration\n\n"
                "What the qualitative tables rest on: the data-parallel sync after the "
                "backward (the configs' hierarchical allreduce; sync.overlap is simulated too, "
                "shown beside the pipeline-size table), the GEMMs' wave quantization and the "
@@ -234,7 +233,10 @@ def qualitative(psar, cal, out):
     rows = sweep([(t, 1) for t in (1, 2, 4, 8)])
     text += ("\n## Tensor size at fixed GPUs (5.9B GPT, 64 GPUs, p = 1, b = 1)\n\n"
              "Throughput falls as t grows: four all-reduces per block per micro-batch (six "
-             "with recomputation) on the critical path, and smaller GEMMs per GPU.\n\n" +
+             "with recomputation) on the critical path, smaller GEMMs per GPU, and the "
+             "memory-bound kernels every TP rank repeats. At the smallest batch t = 1 can fall "
+             "behind t = 2: with d = 64 each replica has one micro-batch, and its "
+             "data-parallel sync of the whole model is the most exposed.\n\n" +
              md_table(["t"] + [f"TFLOP/s, batch {B}" for B in sizes], rows))
     # GPT-3 175B on 96 GPUs: interleaved + scatter/gather vs 1F1B.
     rows = []

@@ -130,6 +130,12 @@ def measure(args):
             if args.lock:
                 fcntl.flock(lock, fcntl.LOCK_UN)
         print(f"batch done in {time.monotonic() - t0:.0f} s")
+    readme = os.path.join(RUNS, "README.md")
+    if not os.path.exists(readme):
+        write_text(readme, "# validation_runs\n\nThe psar train runs of "
+                   "`/usr/bin/python3 experiments/sim_validation.py measure` (results/simulate/"
+                   "validation.md): one folder per row, r0, r1 the repeats; runs.json holds each "
+                   "row's command and the load before and after it.\n")
     record_provenance(RUNS, first)
 
 
@@ -233,9 +239,10 @@ def report(args):
 
 HEAD = """# Validation: psar simulate against psar train's own measured steps
 
-Produced by `experiments/sim_validation.py measure` then `report` (commit
-{commit}); the runs, their commands and each run's load are in
-validation_runs/ (runs.json, and README.md for the machine state). Emulated
+Produced by `/usr/bin/python3 experiments/sim_validation.py measure` then
+`report` (the report at commit {commit}); the runs, their commands, each
+run's load and the runs' commit and machine state are in validation_runs/
+(runs.json, README.md). Emulated
 network: `net.bandwidth=1Gbit`, `net.latency=50us`, every rank (and every
 dedicated parameter-server shard) its own NIC. The model: experiments/gpt_tiny.yaml
 widened to d_model 256, 4 layers, 4 heads, context 32, dropout 0 (3,188,224

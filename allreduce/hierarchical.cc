@@ -29,6 +29,8 @@
 #include <map>
 
 #include "allreduce/algorithms.h"
+#include "allreduce/partition.h"
+#include "allreduce/steps.h"
 #include "allreduce/tags.h"
 #include "core/errors.h"
 
@@ -139,6 +141,45 @@ std::unique_ptr<Allreducer> make_hierarchical_allreducer(const AllreduceOptions&
     throw ConfigError("hierarchical allreduce: segment size must be positive, got " +
                       std::to_string(options.segment_bytes));
   return std::make_unique<HierarchicalAllreducer>(options);
+}
+
+StepList hierarchical_steps(int nodes, int per_node, int64_t count) {
+  PSAR_CHECK(nodes >= 1 && per_node >= 1, "hierarchical_steps: ", nodes, " nodes of ", per_node);
+  const int L = per_node, M = nodes;
+  StepList out{.algorithm = "hierarchical", .ranks = M * L, .count = count, .rounds = {}};
+  // Copies `part`'s rounds from round `first` on, its ranks through rank_of
+  // and its offsets shifted by `shift`; returns the rounds it took.
+  auto merge = [&](const StepList& part, int first, auto rank_of, int64_t shift) {
+    for (size_t k = 0; k < part.rounds.size(); ++k)
+      for (StepMessage m : part.rounds[k].messages) {
+        m.src = rank_of(m.src);
+        m.dst = rank_of(m.dst);
+        m.offset += shift;
+        out.add(first + static_cast<int>(k), m);
+      }
+    return static_cast<int>(part.rounds.size());
+  };
+  int round = 0, took = 0;
+  if (L > 1) {  // 1. reduce-scatter inside every node
+    const StepList rs = ring_reduce_scatter_steps(L, count);
+    for (int k = 0; k < M; ++k) took = merge(rs, round, [&](int j) { return k * L + j; }, 0);
+    round += took;
+  }
+  if (M > 1) {  // 2. local rank j of every node: ring allreduce of slice j
+    const Partition slices{count, L};
+    took = 0;
+    for (int j = 0; j < L; ++j) {
+      const StepList ring = ring_steps(M, slices.size(j), AllreduceOptions{});
+      took = std::max(took, merge(ring, round, [&](int k) { return k * L + j; },
+                                  slices.offset(j)));
+    }
+    round += took;
+  }
+  if (L > 1) {  // 3. all-gather inside every node
+    const StepList ag = ring_all_gather_steps(L, count);
+    for (int k = 0; k < M; ++k) merge(ag, round, [&](int j) { return k * L + j; }, 0);
+  }
+  return out;
 }
 
 }  // namespace psar

@@ -64,4 +64,12 @@ void run_steps(Comm& comm, const StepList& list, std::span<float> data);
 StepList ring_reduce_scatter_steps(int ranks, int64_t count);
 StepList ring_all_gather_steps(int ranks, int64_t count);
 
+// The hierarchical allreduce (allreduce/hierarchical.cc) on `nodes` nodes of
+// `per_node` ranks, rank k·per_node + j being local rank j of node k: the
+// ring reduce-scatter inside each node, a ring allreduce of slice j across
+// the nodes for every j, the ring all-gather inside each node. Its registry
+// entry keeps ring's list (the registry's lists know no nodes); the
+// simulator uses this one where a group spans whole nodes evenly.
+StepList hierarchical_steps(int nodes, int per_node, int64_t count);
+
 }  // namespace psar

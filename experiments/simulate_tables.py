@@ -8,7 +8,10 @@ Calibration: one constant, cluster.gpu.gemm_efficiency, is fitted (by
 bisection) so that the 145.6B row of Megatron's table gives the paper's
 148 TFLOP/s per GPU; cluster.gpu.kernel_overhead stays at the configs' 10 us
 (a round prior, not fitted). Every other row is a prediction with those two
-constants, the Llama rows included (H100 peak, same efficiency).
+constants, the Llama rows included (H100 peak, same efficiency). The rest of
+the compute model is stated from the hardware, not fitted: the GEMMs' wave
+quantization on the GPU's SMs (A100 108, H100 132) and the memory-bound
+kernels at its memory bandwidth (A100 2039 GB/s, H100 3350 GB/s).
 
 usage: experiments/simulate_tables.py [--out results/simulate]
 """
@@ -24,7 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from psar_exp import ROOT  # noqa: E402
 from psar_exp.io import md_table, write_text  # noqa: E402
-from psar_exp.runner import psar_binary  # noqa: E402
+from psar_exp.runner import machine_state, psar_binary, record_provenance  # noqa: E402
 
 CONFIGS = os.path.join(ROOT, "experiments", "simulate")
 CALIBRATION_ROW = "megatron_145p6b"
@@ -88,6 +91,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "simulate"))
     args = ap.parse_args()
     psar = psar_binary()
+    before = machine_state()
     os.makedirs(args.out, exist_ok=True)
     paper_cal = next(r[6] for r in MEGATRON if r[0] == CALIBRATION_ROW)
     eff = calibrate(psar, paper_cal)
@@ -115,8 +119,10 @@ def main():
                f"`experiments/simulate_tables.py` at commit {commit}; A100 80 GB (312 TFLOP/s "
                "bf16), DGX A100 nodes (8 GPUs, 300 GB/s NVSwitch per GPU, 8 x 200 Gbit/s "
                "InfiniBand), sequence 2048, vocabulary 51200, micro-batch 1, interleaved "
-               "schedule with scatter/gather where p > 1, full activation recomputation, ring "
-               "all-reduce of fp32 gradients. TFLOP/s per GPU counts "
+               "schedule with scatter/gather where p > 1, full activation recomputation, "
+               "hierarchical all-reduce of fp32 gradients after the backward (NCCL spreads a "
+               "node's inter-node traffic over its 8 NICs; the hierarchical schedule does), "
+               "GEMMs with wave quantization on 108 SMs, memory-bound kernels at 2039 GB/s. TFLOP/s per GPU counts "
                "96·B·s·l·h²·(1 + s/6h + V/16lh) per step, as the paper does.\n\n"
                f"Calibration: cluster.gpu.gemm_efficiency = {eff:.4f}, fitted on the "
                f"{CALIBRATION_ROW} row only; cluster.gpu.kernel_overhead = 10 us (fixed, not "
@@ -155,18 +161,26 @@ def main():
                f"Calibration: cluster.gpu.gemm_efficiency = {eff:.4f}, fitted by bisection so "
                f"that the {CALIBRATION_ROW} row of Megatron's table gives its 148 TFLOP/s per "
                "GPU; cluster.gpu.kernel_overhead = 10 us set by hand (not fitted). No other "
-               "constant is tuned.\n\n"
+               "constant is tuned: the SM counts (cluster.gpu.sms), GEMM tiles and memory "
+               "bandwidths (cluster.gpu.memory_bandwidth) are the hardware's.\n\n"
                "- megatron_table1.md/png: the weak-scaling table, paper vs simulated\n"
                "- llama3.md: Llama 3 405B's two TP8·PP16 rows\n"
                "- qualitative.md: the notes' qualitative results as tables\n"
-               "- scale.md: the simulator's own run time vs GPUs and micro-batches\n\n"
-               "Limits that show in qualitative.md: the simulator runs the data-parallel "
-               "all-reduce after the pipeline, not overlapped with the backward, so at small "
-               "batches the grids with the largest d (p = 1, t = 1) pay most and the "
-               "pipeline-size and tensor-size tables need not fall monotonically as in the "
-               "notes; and its only size-dependent efficiency is the per-kernel cost, so "
-               "the micro-batch table can favour b = 1 for every model. Read those tables "
-               "against these two limits.\n")
+               "- scale.md: the simulator's own run time vs GPUs and micro-batches\n"
+               "- validation.md/csv/png: psar simulate against psar train's own measured steps "
+               "(every allreduce, the PS with S = 1, 2, 4 and N = 2, 4, 8, TP, every pipeline "
+               "schedule, 3D) at 1 Gbit/s: `experiments/sim_validation.py measure` then "
+               "`report`; the runs, their commands and the machine state in validation_runs/\n"
+               "- plan_gpt3_175b.md, plan_megatron_1t.md: `psar plan` on GPT-3 175B (1024 GPUs) "
+               "and the 1T row (3072 GPUs), each with its command and commit and "
+               "calibration\n\n"
+               "What the qualitative tables rest on: the data-parallel sync after the "
+               "backward (the configs' hierarchical allreduce; sync.overlap is simulated too, "
+               "shown beside the pipeline-size table), the GEMMs' wave quantization and the "
+               "memory-bound kernels, which make a GPU's rate depend on the GEMM sizes and the "
+               "hidden size. The validation against psar's own runs is validation.md, by "
+               "experiments/sim_validation.py.\n")
+    record_provenance(args.out, before)
 
 
 def plot(points, path):
@@ -193,7 +207,9 @@ def plot(points, path):
 
 def qualitative(psar, cal, out):
     base = "megatron_1p7b"
-    text = "# The notes' qualitative results, simulated\n\nSame calibration as megatron_table1.md.\n\n"
+    text = ("# The notes' qualitative results, simulated\n\nSame calibration and compute model as "
+            "megatron_table1.md (fitted efficiency, wave quantization on 108 SMs, memory-bound "
+            "kernels at 2039 GB/s, hierarchical data-parallel sync after the backward).\n\n")
     # 5.9B GPT (32 layers, hidden 3840, 32 heads) on 64 GPUs.
     sizes = (64, 128, 512)
     def sweep(grids):  # rows of TFLOP/s over the batch sizes, one per (t, p)
@@ -205,10 +221,22 @@ def qualitative(psar, cal, out):
     text += ("## Pipeline size at fixed GPUs (5.9B GPT, 64 GPUs, t = 1, 1F1B, b = 1)\n\n"
              "Throughput falls as p grows (bubble (p−1)/m with m = B/d) and recovers with the "
              "batch.\n\n" + md_table(["p"] + [f"TFLOP/s, batch {B}" for B in sizes], rows))
+    overlap = cal + ["sync.overlap=true", "sync.bucket_bytes=160M"]
+    rows = [[p] + [f"{simulate(psar, base, cal + gpt(32, 3840, 32, 8, 1, p, 64, 1))['tflops_per_gpu']:.1f}",
+                   f"{simulate(psar, base, overlap + gpt(32, 3840, 32, 8, 1, p, 64, 1))['tflops_per_gpu']:.1f}"]
+            for p in (1, 2, 4, 8)]
+    text += ("\nThe same at batch 64 with the data-parallel sync overlapped with the last "
+             "micro-batch's backward (sync.overlap, buckets of 160 MB as Megatron's 40M-parameter "
+             "buckets; docs/simulate.md): only the last micro-batch's backward hides it, so the "
+             "order of the grids stays.\n\n" +
+             md_table(["p", "TFLOP/s, sync after the backward", "TFLOP/s, overlapped"], rows))
     rows = sweep([(t, 1) for t in (1, 2, 4, 8)])
     text += ("\n## Tensor size at fixed GPUs (5.9B GPT, 64 GPUs, p = 1, b = 1)\n\n"
              "Throughput falls as t grows: four all-reduces per block per micro-batch (six "
-             "with recomputation) on the critical path, and smaller GEMMs per GPU.\n\n" +
+             "with recomputation) on the critical path, smaller GEMMs per GPU, and the "
+             "memory-bound kernels every TP rank repeats. At the smallest batch t = 1 can fall "
+             "behind t = 2: with d = 64 each replica has one micro-batch, and its "
+             "data-parallel sync of the whole model is the most exposed.\n\n" +
              md_table(["t"] + [f"TFLOP/s, batch {B}" for B in sizes], rows))
     # GPT-3 175B on 96 GPUs: interleaved + scatter/gather vs 1F1B.
     rows = []
@@ -220,20 +248,29 @@ def qualitative(psar, cal, out):
     text += ("\n## Interleaved + scatter/gather vs non-interleaved (175B GPT, 96 GPUs, t = 8, "
              "p = 12)\n\nThe interleaved schedule (v = 2) wins and the gap closes as the batch "
              "grows.\n\n" + md_table(["batch", "interleaved + s/g", "1F1B", "ratio"], rows))
-    # Micro-batch size.
+    # Micro-batch size: every model tried is listed.
     rows = []
-    models = [("5.9B GPT, 64 GPUs, t=1 p=8", (32, 3840, 32, 8, 1, 8, 512)),
-              ("145.6B GPT, 1536 GPUs, t=8 p=8", (80, 12288, 96, 192, 8, 8, 2304)),
-              ("1.7B GPT, 32 GPUs, t=1 p=4", (24, 2304, 24, 4, 1, 4, 256))]
-    for label, (l, h, a, nodes, t, p, B) in models:
+    models = [("5.9B GPT, 64 GPUs, t=1 p=8, batch 512", (32, 3840, 32, 8, 1, 8, 512), ()),
+              ("145.6B GPT, 1536 GPUs, t=8 p=8, batch 2304", (80, 12288, 96, 192, 8, 8, 2304), ()),
+              ("91B GPT (h 10240), 512 GPUs, t=8 p=8, batch 512", (64, 10240, 80, 64, 8, 8, 512), ()),
+              ("1.7B GPT, 32 GPUs, t=1 p=4, batch 256", (24, 2304, 24, 4, 1, 4, 256), ()),
+              ("1.7B GPT, context 512, 32 GPUs, t=1 p=4, batch 256", (24, 2304, 24, 4, 1, 4, 256),
+               ("model.seq_len=512",)),
+              ("1.3B GPT (h 2048), 64 GPUs, t=1 p=2, batch 512", (24, 2048, 16, 8, 1, 2, 512), ()),
+              ("7.5B GPT, 128 GPUs, t=4 p=1, batch 512", (32, 4096, 32, 16, 4, 1, 512), ()),
+              ("5.9B GPT, 64 GPUs, t=8 p=1, batch 512", (32, 3840, 32, 8, 8, 1, 512), ())]
+    for label, (l, h, a, nodes, t, p, B), extra in models:
         vals = []
         for b in (1, 2, 4, 8):
-            vals.append(simulate(psar, base, cal + gpt(l, h, a, nodes, t, p, B, b))["tflops_per_gpu"])
+            vals.append(simulate(psar, base, cal + gpt(l, h, a, nodes, t, p, B, b) + list(extra))
+                        ["tflops_per_gpu"])
         best = (1, 2, 4, 8)[vals.index(max(vals))]
         rows.append([label] + [f"{v:.1f}" for v in vals] + [best])
-    text += ("\n## Micro-batch size (1F1B)\n\nA larger micro-batch amortizes the per-kernel "
-             "cost but leaves fewer micro-batches to fill the pipeline: the best b depends on "
-             "the model.\n\n" + md_table(["model", "b=1", "b=2", "b=4", "b=8", "best b"], rows))
+    text += ("\n## Micro-batch size (1F1B)\n\nA larger micro-batch b runs larger GEMMs (fewer "
+             "partly filled waves, sim/gpt_cost.h) and amortizes the per-kernel cost, but leaves "
+             "fewer micro-batches m = B/(d·b) to fill the pipeline (bubble (p−1)/m): the best b "
+             "depends on the model and the grid. Every model simulated is listed.\n\n" +
+             md_table(["model", "b=1", "b=2", "b=4", "b=8", "best b"], rows))
     # 8·T·P/(n·X).
     T, P, n = 300e9, 175e9, 1024
     days = 8 * T * P / (n * 140e12) / 86400

@@ -29,6 +29,22 @@ ClusterSpec cluster_from_config(const Config& c) {
                              s.gpu.gemm_efficiency));
   s.gpu.kernel_overhead = c.get_duration("cluster.gpu.kernel_overhead");
   s.gpu.memory = positive(c, "cluster.gpu.memory", c.get_bytes("cluster.gpu.memory"));
+  s.gpu.sms = static_cast<int>(c.get_int("cluster.gpu.sms"));
+  if (s.gpu.sms < 0) throw ConfigError(concat("cluster.gpu.sms must be >= 0, got ", s.gpu.sms));
+  s.gpu.memory_bandwidth = c.has("cluster.gpu.memory_bandwidth")
+                               ? c.get_bandwidth("cluster.gpu.memory_bandwidth") : 0.0;
+  if (s.gpu.memory_bandwidth < 0)
+    throw ConfigError("cluster.gpu.memory_bandwidth must not be negative");
+  const auto tiles = c.get_int_list("cluster.gpu.gemm_tiles");
+  if (tiles.empty() || tiles.size() % 2 != 0)
+    throw ConfigError(concat("cluster.gpu.gemm_tiles must list (rows, cols) pairs, got ",
+                             tiles.size(), " numbers"));
+  s.gpu.tiles.clear();
+  for (size_t i = 0; i < tiles.size(); i += 2) {
+    if (tiles[i] < 1 || tiles[i + 1] < 1)
+      throw ConfigError("cluster.gpu.gemm_tiles: tile sizes must be positive");
+    s.gpu.tiles.emplace_back(static_cast<int>(tiles[i]), static_cast<int>(tiles[i + 1]));
+  }
   s.intra.bandwidth =
       positive(c, "cluster.intra.bandwidth", c.get_bandwidth("cluster.intra.bandwidth"));
   s.intra.latency = c.get_duration("cluster.intra.latency");

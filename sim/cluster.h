@@ -13,6 +13,7 @@
 // (sim/collective.h).
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -29,6 +30,16 @@ struct GpuSpec {
   double gemm_efficiency = 1;  // share of peak a layer's FLOPs run at
   double kernel_overhead = 0;  // s per kernel launch (a fixed cost per kernel)
   int64_t memory = 0;          // bytes
+  // Wave quantization (sim/gpt_cost.h, gemm_wave_efficiency): a GEMM's
+  // output is cut into tiles of one of `tiles` (rows, cols), whichever fills
+  // the waves best, and the GPU runs them in waves of `sms` (one tile per
+  // streaming multiprocessor); 0 SMs: off.
+  int sms = 0;
+  // Bytes/s of the GPU's memory, for the memory-bound kernels of a layer
+  // (sim/gpt_cost.h, block_memory_bytes); 0: those kernels cost only their
+  // launch.
+  double memory_bandwidth = 0;
+  std::vector<std::pair<int, int>> tiles = {{128, 256}, {256, 128}, {128, 128}};
 };
 
 struct ClusterSpec {

@@ -28,24 +28,31 @@ StepList allreduce_steps(const std::string& name, int ranks, int64_t count,
                  : find_allreducer("ring").steps(ranks, count, options);
 }
 
-// The parameter server as a step list on d workers (ranks 0..d-1) and S
-// shards (ranks d..d+S-1): every worker pushes slice k of its gradient
-// (Partition{count, S}) to shard k, which adds it; then every shard sends its
-// updated slice back to every worker.
-StepList ps_steps(int workers, int servers, int64_t count) {
+}  // namespace
+
+StepList ps_steps(int workers, int servers, int64_t count, int64_t chunk) {
+  PSAR_CHECK(workers >= 1 && servers >= 1 && chunk >= 1, "ps_steps: ", workers, " workers, ",
+             servers, " servers, chunks of ", chunk);
   StepList list{.algorithm = "ps", .ranks = workers + servers, .count = count, .rounds = {}};
   const Partition shards{count, servers};
-  for (int k = 0; k < servers; ++k)
-    for (int w = 0; w < workers; ++w) {
-      list.add(0, {.src = w, .dst = workers + k, .offset = shards.offset(k),
-                   .count = shards.size(k), .reduce = true});
-      list.add(1, {.src = workers + k, .dst = w, .offset = shards.offset(k),
-                   .count = shards.size(k), .reduce = false});
+  for (int k = 0; k < servers; ++k) {
+    const int64_t size = shards.size(k);
+    const int64_t chunks = std::max<int64_t>(1, (size + chunk - 1) / chunk);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t offset = shards.offset(k) + c * chunk;
+      const int64_t n = std::min(chunk, size - c * chunk);
+      const int round = static_cast<int>(c);
+      for (int w = 0; w < workers; ++w) {
+        list.add(round, {.src = w, .dst = workers + k, .offset = offset, .count = n,
+                         .reduce = true});
+        list.add(round + 1, {.src = workers + k, .dst = w, .offset = offset, .count = n,
+                             .reduce = false});
+      }
     }
+  }
   return list;
 }
 
-}  // namespace
 
 void check_step(const StepSpec& s, const ClusterSpec& c) {
   if (c.gpus_per_node % s.tp != 0)
@@ -120,9 +127,15 @@ StepSpec step_from_config(const Config& c, const ClusterSpec& cluster) {
   s.sync = c.get_string("sync.backend");
   s.ps_servers = static_cast<int>(c.get_int("ps.servers"));
   s.ps_colocated = c.get_bool("ps.colocated");
+  s.ps_chunk_bytes = c.get_bytes("ps.chunk_bytes");
+  s.overlap = c.get_bool("sync.overlap");
+  s.bucket_bytes = c.get_bytes("sync.bucket_bytes");
+  if (s.ps_chunk_bytes < 1 || s.bucket_bytes < 1)
+    throw ConfigError("ps.chunk_bytes and sync.bucket_bytes must be positive");
   s.tp_allreduce = c.get_string("parallel.tp_allreduce");
   s.segment_bytes = c.get_bytes("sync.segment_bytes");
   s.recompute = c.get_bool("simulate.recompute");
+  s.flash_attention = c.get_bool("simulate.flash_attention");
   s.dtype_bytes = static_cast<int>(c.get_int("simulate.dtype_bytes"));
   s.grad_bytes = static_cast<int>(c.get_int("simulate.grad_bytes"));
   s.symmetric = c.get_bool("simulate.symmetric");
@@ -153,13 +166,23 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
         run_groups(net, {{&list, ranks, 0.0, static_cast<double>(s.dtype_bytes)}})[0];
   }
 
-  // Compute of one action from the FLOPs of its layers.
-  const double rate = cluster.gpu.peak_flops * cluster.gpu.gemm_efficiency;
+  // Compute of one action from its layers' GEMMs (sim/gpt_cost.h), their
+  // memory-bound kernels and kernel launches: the forward's, and as many
+  // again in each half of the backward.
   const double ovh = cluster.gpu.kernel_overhead;
-  const double block_f = block_forward_flops(s.model, s.microbatch) / t / rate +
-                         kKernelsPerBlockForward * ovh;
-  const double head_f = head_forward_flops(s.model, s.microbatch) / t / rate +
-                        kKernelsHeadForward * ovh;
+  const GemmSeconds block = block_gemm_seconds(s.model, s.microbatch, t, cluster.gpu);
+  const GemmSeconds head = head_gemm_seconds(s.model, s.microbatch, t, cluster.gpu);
+  const double memory_s =
+      cluster.gpu.memory_bandwidth > 0
+          ? block_memory_bytes(s.model, s.microbatch, t, s.dtype_bytes, s.flash_attention) /
+                cluster.gpu.memory_bandwidth
+          : 0.0;
+  const double block_k = kKernelsPerBlockForward * ovh + memory_s,
+               head_k = kKernelsHeadForward * ovh;
+  const double block_f = block.forward + block_k, block_bi = block.input_grad + block_k,
+               block_bw = block.weight_grad + block_k;
+  const double head_f = head.forward + head_k, head_bi = head.input_grad + head_k,
+               head_bw = head.weight_grad + head_k;
   const double tp2 = 2 * out.tp_allreduce_s;  // g forward, or f backward, per block
   const pp::Schedule schedule =
       pp::make_schedule(s.schedule, {p, s.microbatches, v, static_cast<int>(s.model.layers)});
@@ -175,13 +198,14 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
       case pp::Op::kForward:
         return Cost{layers * block_f + (head ? head_f : 0), layers * tp2};
       case pp::Op::kBackward:
-        return Cost{layers * (2 + again) * block_f + (head ? 2 * head_f : 0),
+        return Cost{layers * (block_bi + block_bw + again * block_f) +
+                        (head ? head_bi + head_bw : 0),
                     layers * (1 + again) * tp2};
       case pp::Op::kBackwardInput:
-        return Cost{layers * (1 + again) * block_f + (head ? head_f : 0),
+        return Cost{layers * (block_bi + again * block_f) + (head ? head_bi : 0),
                     layers * (1 + again) * tp2};
       case pp::Op::kBackwardWeight:
-        return Cost{layers * block_f + (head ? head_f : 0), 0.0};
+        return Cost{layers * block_bw + (head ? head_bw : 0), 0.0};
     }
     return Cost{};
   };
@@ -221,6 +245,7 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
   // The pipeline of each replica (replica 0 alone when symmetric).
   const int replicas = s.symmetric ? 1 : d;
   std::vector<double> stage_end(static_cast<size_t>(p), 0.0);
+  std::vector<std::vector<pp::ActionSpan>> spans0;  // replica 0's, per stage
   out.stages.assign(static_cast<size_t>(p), {});
   for (int i = 0; i < replicas; ++i) {
     const pp::Prediction pr = pp::simulate_costs(
@@ -239,6 +264,7 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
     }
     out.pipeline_s = std::max(out.pipeline_s, pr.makespan);
     if (i == 0) {
+      spans0 = pr.spans;
       out.bubble_fraction = pr.bubble_fraction;
       out.idle_share = pr.idle_share;
       for (int st = 0; st < p; ++st) {
@@ -262,34 +288,143 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
     out.stages[static_cast<size_t>(st)].end_s = stage_end[static_cast<size_t>(st)];
   }
 
-  // Data-parallel sync: every (stage, TP rank) group at once, each starting
-  // when its stage's last action is done.
+  // Data-parallel sync: every (stage, TP rank) group at once. Without
+  // overlap each starts when its stage's last action is done and syncs the
+  // stage's whole gradient; with overlap, bucket by bucket (below).
   double done = out.pipeline_s;
-  if (d > 1) {
-    std::map<int64_t, StepList> lists;  // by gradient count
+  std::map<std::pair<int64_t, int>, StepList> lists;  // by gradient count and ranks per node
+  const int64_t ps_chunk = std::max<int64_t>(1, s.ps_chunk_bytes / s.grad_bytes);
+  // Ranks per node of a group that fills its nodes in equal consecutive
+  // blocks (the hierarchical allreduce's layout), else 0.
+  auto per_node = [&](const std::vector<int>& gpus) {
+    auto node = [&](int k) { return gpus[static_cast<size_t>(k)] / cluster.gpus_per_node; };
+    int L = 1;
+    while (L < d && node(L) == node(0)) ++L;
+    if (d % L != 0) return 0;
+    for (int k = 0; k < d; ++k)
+      if (node(k) != node(k - k % L) || (k % L == 0 && k > 0 && node(k) == node(k - 1)))
+        return 0;
+    return L;
+  };
+  auto sync_list = [&](int64_t count, int local) -> const StepList* {
+    auto [it, fresh] = lists.try_emplace({count, local});
+    if (fresh)
+      it->second = s.sync == "ps"                          ? ps_steps(d, s.ps_servers, count, ps_chunk)
+                   : s.sync == "hierarchical" && local > 0 ? hierarchical_steps(d / local, local, count)
+                                                           : allreduce_steps(s.sync, d, count, ar_options);
+    return &it->second;
+  };
+  auto group = [&](int st, int j, int64_t count, double start) {
+    std::vector<int> gpus;
+    for (int i = 0; i < d; ++i) gpus.push_back(gpu(j, i, st));
+    GroupRun r{sync_list(count, per_node(gpus)), gpus, start, static_cast<double>(s.grad_bytes)};
+    for (int k = 0; k < (s.sync == "ps" ? s.ps_servers : 0); ++k)
+      r.endpoint.push_back(dedicated_ps ? cluster.gpus() + k
+                                        : r.endpoint[static_cast<size_t>(k % d)]);
+    return r;
+  };
+  if (d > 1 && !s.overlap) {
     std::vector<GroupRun> runs;
     std::vector<int> run_stage;
-    for (int st = 0; st < p; ++st) {
-      const int64_t count = out.stages[static_cast<size_t>(st)].params;
-      auto [it, fresh] = lists.try_emplace(count);
-      if (fresh)
-        it->second = s.sync == "ps" ? ps_steps(d, s.ps_servers, count)
-                                    : allreduce_steps(s.sync, d, count, ar_options);
+    for (int st = 0; st < p; ++st)
       for (int j = 0; j < t; ++j) {
-        GroupRun r{&it->second, {}, stage_end[static_cast<size_t>(st)],
-                   static_cast<double>(s.grad_bytes)};
-        for (int i = 0; i < d; ++i) r.endpoint.push_back(gpu(j, i, st));
-        for (int k = 0; k < (s.sync == "ps" ? s.ps_servers : 0); ++k)
-          r.endpoint.push_back(dedicated_ps ? cluster.gpus() + k : r.endpoint[static_cast<size_t>(k % d)]);
-        runs.push_back(std::move(r));
+        runs.push_back(group(st, j, out.stages[static_cast<size_t>(st)].params,
+                             stage_end[static_cast<size_t>(st)]));
         run_stage.push_back(st);
       }
-    }
     const std::vector<double> ends = run_groups(net, runs);
     for (size_t k = 0; k < ends.size(); ++k) {
       auto& times = out.stages[static_cast<size_t>(run_stage[k])];
       times.sync_s = std::max(times.sync_s, ends[k] - times.end_s);
       done = std::max(done, ends[k]);
+    }
+  } else if (d > 1) {
+    // Overlap as psar's (docs/overlap.md): a chunk's gradients are final
+    // during its last backward (fused, or the weight half of a split one),
+    // the head's first and then block by block from the chunk's last layer
+    // down, each at its share of the action's time; chunks in the order
+    // those actions end. The blocks fill buckets of sync.bucket_bytes
+    // (trainer/buckets.h's rule); the embedding, the head's copy and the
+    // final layer norm — the tied ranges, synced after the buckets — form
+    // the last, ready when the stage is done. One communication thread per
+    // rank syncs the buckets in order, each once it is ready and the one
+    // before it is done; the buckets of every group with a k-th bucket run
+    // at once (their flows share links as if they started together).
+    const int64_t capacity = std::max<int64_t>(1, s.bucket_bytes / s.grad_bytes);
+    const int64_t per_block = block_params(g) / t;
+    std::vector<std::vector<std::pair<double, int64_t>>> buckets(static_cast<size_t>(p));
+    for (int st = 0; st < p; ++st) {
+      const double shift = stage_end[static_cast<size_t>(st)] -
+                           (spans0[static_cast<size_t>(st)].empty()
+                                ? 0.0 : spans0[static_cast<size_t>(st)].back().end);
+      std::vector<const pp::ActionSpan*> last(static_cast<size_t>(v), nullptr);
+      for (const auto& span : spans0[static_cast<size_t>(st)])
+        if (span.action.op == pp::Op::kBackward || span.action.op == pp::Op::kBackwardWeight)
+          last[static_cast<size_t>(span.action.chunk)] = &span;
+      std::erase(last, nullptr);
+      std::sort(last.begin(), last.end(),
+                [](const pp::ActionSpan* a, const pp::ActionSpan* b) { return a->end < b->end; });
+      auto& out_b = buckets[static_cast<size_t>(st)];
+      int64_t filled = 0;
+      double ready = 0;
+      auto close = [&] {
+        if (filled > 0) out_b.emplace_back(ready, filled);
+        filled = 0;
+      };
+      int64_t blocks = 0;
+      for (const pp::ActionSpan* span : last) {
+        const int u = schedule.virtual_stage(st, span->action.chunk);
+        const int layers = s.vstage_layers[static_cast<size_t>(u)];
+        const bool fused = span->action.op == pp::Op::kBackward;
+        const double again = s.recompute ? 1 : 0;
+        const double w_head = u == schedule.virtual_stages() - 1
+                                  ? (fused ? head_bi + head_bw : head_bw) : 0.0;
+        const double w_layer =
+            fused ? block_bi + block_bw + again * (block_f) + (1 + again) * tp2 : block_bw;
+        const double total = w_head + layers * w_layer;
+        const double scale = total > 0 ? (span->end - span->start) / total : 0.0;
+        for (int l = 0; l < layers; ++l, ++blocks) {
+          const double at = shift + span->start + (w_head + (l + 1) * w_layer) * scale;
+          if (per_block > capacity) {  // split into buckets of its own
+            close();
+            for (int64_t left = per_block; left > 0; left -= capacity)
+              out_b.emplace_back(at, std::min(left, capacity));
+            continue;
+          }
+          if (filled + per_block > capacity) close();
+          filled += per_block;
+          ready = at;
+        }
+      }
+      close();
+      const int64_t tail = out.stages[static_cast<size_t>(st)].params - blocks * per_block;
+      if (tail > 0) out_b.emplace_back(stage_end[static_cast<size_t>(st)], tail);
+    }
+    std::vector<double> free_at(static_cast<size_t>(p), 0.0);  // a stage's thread, all j alike
+    for (size_t k = 0;; ++k) {
+      std::vector<GroupRun> runs;
+      std::vector<int> run_stage;
+      for (int st = 0; st < p; ++st) {
+        const auto& b = buckets[static_cast<size_t>(st)];
+        if (k >= b.size()) continue;
+        const double start = std::max(b[k].first, free_at[static_cast<size_t>(st)]);
+        for (int j = 0; j < t; ++j) {
+          runs.push_back(group(st, j, b[k].second, start));
+          run_stage.push_back(st);
+        }
+      }
+      if (runs.empty()) break;
+      const std::vector<double> ends = run_groups(net, runs);
+      for (size_t r = 0; r < ends.size(); ++r) {
+        double& at = free_at[static_cast<size_t>(run_stage[r])];
+        at = std::max(at, ends[r]);
+      }
+    }
+    for (int st = 0; st < p; ++st) {
+      auto& times = out.stages[static_cast<size_t>(st)];
+      const double end = std::max(free_at[static_cast<size_t>(st)], times.end_s);
+      times.sync_s = end - times.end_s;
+      done = std::max(done, end);
     }
   }
   out.step_s = done;

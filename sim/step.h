@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/steps.h"
 #include "core/config.h"
 #include "modelpar/pp/schedule.h"
 #include "sim/cluster.h"
@@ -50,9 +51,15 @@ struct StepSpec {
   std::string sync = "ring";       // allreduce algorithm, or "ps"
   int ps_servers = 1;
   bool ps_colocated = false;
+  int64_t ps_chunk_bytes = 1 << 20;  // the PS streams a shard in chunks of this (ps_steps)
+  // Overlap (docs/overlap.md, docs/simulate.md): each stage's gradients are
+  // synced in buckets of bucket_bytes as its last backward makes them final.
+  bool overlap = false;
+  int64_t bucket_bytes = 1 << 20;
   std::string tp_allreduce = "ring";
   int64_t segment_bytes = 512 * 1024;
   bool recompute = false;
+  bool flash_attention = false;  // the scores never reach GPU memory (block_memory_bytes)
   int dtype_bytes = 2;  // activations and TP all-reduces
   int grad_bytes = 4;   // one gradient element in the data-parallel sync
   bool symmetric = true;
@@ -98,5 +105,17 @@ struct StepResult {
 };
 
 StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& spec);
+
+// The parameter server as a step list on d workers (ranks 0..d−1) and S
+// shards (ranks d..d+S−1), streamed as psar's client streams a push_pull
+// (ps/client.h): shard k's slice (Partition{count, S}) travels in chunks of
+// `chunk` elements, chunk 0 of every shard first; in round c every worker
+// pushes chunk c of every shard, which adds it, and every shard sends chunk
+// c − 1, updated once all workers pushed it (BSP), back to every worker — a
+// NIC sends and receives at once, so a shard answers one chunk while the
+// next arrives. A shard of C chunks takes C + 1 rounds; with one shard and
+// equal chunks of c bytes, (C + 1)·(α + d·c/B), the server NIC's bound
+// d·n/B plus one chunk.
+StepList ps_steps(int workers, int servers, int64_t count, int64_t chunk);
 
 }  // namespace psar::sim

@@ -123,12 +123,16 @@ Schema build() {
   s.add({"cluster.gpu.gemm_efficiency", T::kFloat, "0.5", "simulate: share of peak a layer's FLOPs run at"});
   s.add({"cluster.gpu.kernel_overhead", T::kDuration, "0us", "simulate: fixed cost per kernel launch"});
   s.add({"cluster.gpu.memory", T::kBytes, "80G", "simulate/plan: memory per GPU"});
+  s.add({"cluster.gpu.sms", T::kInt, "0", "simulate: streaming multiprocessors, for the GEMMs' wave quantization (A100: 108, H100 SXM: 132; 0 = off)"});
+  s.add({"cluster.gpu.memory_bandwidth", T::kBandwidth, "", "simulate: GPU memory bandwidth for the layers' memory-bound kernels (A100 80GB: 2039GB/s; unset = those kernels cost only their launch)"});
+  s.add({"cluster.gpu.gemm_tiles", T::kIntList, "[128, 256, 256, 128, 128, 128]", "simulate: a GEMM's output tiles as (rows, cols) pairs; each GEMM takes the one that fills its waves best (wave quantization)"});
   s.add({"cluster.intra.bandwidth", T::kBandwidth, "300GB/s", "simulate: per-GPU link to the node's switch, each way"});
   s.add({"cluster.intra.latency", T::kDuration, "5us", "simulate: per-message latency inside a node"});
   s.add({"cluster.inter.bandwidth", T::kBandwidth, "200Gbit", "simulate: per-NIC bandwidth between nodes, each way"});
   s.add({"cluster.inter.latency", T::kDuration, "5us", "simulate: per-message latency between nodes"});
   s.add({"cluster.inter.nics_per_node", T::kInt, "8", "simulate: NICs per node (GPU i uses NIC i·nics/gpus_per_node)"});
   s.add({"simulate.recompute", T::kBool, "false", "simulate: full activation recomputation (one more forward per backward)"});
+  s.add({"simulate.flash_attention", T::kBool, "false", "simulate: fused attention (FlashAttention): the scores' softmax and dropout move no GPU memory"});
   s.add({"simulate.dtype_bytes", T::kInt, "2", "simulate: bytes per activation element (bf16: 2)"});
   s.add({"simulate.grad_bytes", T::kInt, "4", "simulate: bytes per gradient element in the data-parallel sync"});
   s.add({"simulate.symmetric", T::kBool, "true", "simulate: one pipeline replica stands for all d (false: replay every replica)"});

@@ -10,6 +10,7 @@
 
 #include "allreduce/allreducer.h"
 #include "allreduce/collectives.h"
+#include "allreduce/partition.h"
 #include "allreduce/steps.h"
 #include "comm/inproc_comm.h"
 #include "tests/allreduce/allreduce_test_util.h"
@@ -134,6 +135,38 @@ TEST_P(Steps, RoundsEqualTheCostFormsLatencyTerm) {
     EXPECT_EQ(static_cast<double>(list.rounds.size()), e.cost(n, count * 4, options()).alpha)
         << e.name;
   }
+}
+
+// The hierarchical list on M nodes of L ranks computes the sum, and each
+// rank sends the bytes hierarchical.cc states exactly: 4·(2·count − c_j −
+// c_(j+1) mod L) inside its node, 4·(2·c_j − P_M.size(k) − P_M.size((k+1)
+// mod M)) between nodes (c_j = Partition{count, L}.size(j), P_M =
+// Partition{c_j, M}).
+TEST(HierarchicalSteps, ComputeTheSumAndSendTheStatedBytes) {
+  for (int M : {1, 2, 3})
+    for (int L : {1, 2, 4})
+      for (int64_t count : {int64_t{0}, int64_t{7}, int64_t{1001}}) {
+        const int n = M * L;
+        const StepList list = hierarchical_steps(M, L, count);
+        std::vector<std::vector<float>> out(static_cast<size_t>(n));
+        run_inproc(n, [&](Comm& comm) {
+          auto data = testing::make_input(5, comm.rank(), count);
+          run_steps(comm, list, data);
+          out[static_cast<size_t>(comm.rank())] = std::move(data);
+        });
+        const Partition local{count, L};
+        for (int r = 0; r < n; ++r) {
+          EXPECT_EQ(testing::count_wrong(out[static_cast<size_t>(r)], 5, n), 0)
+              << M << "x" << L << " rank " << r;
+          const int k = r / L, j = r % L;
+          const int64_t cj = local.size(j);
+          const Partition across{cj, M};
+          const int64_t inside = L > 1 ? 4 * (2 * count - cj - local.size((j + 1) % L)) : 0;
+          const int64_t between =
+              M > 1 ? 4 * (2 * cj - across.size(k) - across.size((k + 1) % M)) : 0;
+          EXPECT_EQ(list.sent_bytes(r), inside + between) << M << "x" << L << " rank " << r;
+        }
+      }
 }
 
 std::vector<Shape> shapes() {

@@ -87,6 +87,130 @@ TEST_P(Ranks, AOneServerParameterServerTakesTheServerNicBound) {
 
 INSTANTIATE_TEST_SUITE_P(Sim, Ranks, ::testing::Values(2, 3, 4, 5, 8));
 
+// The streamed parameter server (ps_steps): S shards of C equal chunks of c
+// elements take C + 1 rounds, each bound by the busier of a shard's NIC (d
+// flows) and a worker's (S flows): (C + 1)·(α + max(S, d)·4c/B).
+TEST(ParameterServer, StreamedChunksTakeCPlusOneRoundsAtTheBusiestNic) {
+  for (int d : {1, 2, 4, 8})
+    for (int servers : {1, 2, 4})
+      for (int64_t chunks : {1, 3, 8}) {
+        const int64_t chunk = 4096, count = servers * chunks * chunk;
+        const Network net(uniform(d), servers);
+        const StepList ps = ps_steps(d, servers, count, chunk);
+        EXPECT_EQ(ps.rounds.size(), static_cast<size_t>(chunks + 1));
+        const double t = run_groups(net, {{&ps, iota(d + servers), 0.0, 4.0}})[0];
+        const double expected =
+            static_cast<double>(chunks + 1) *
+            (kAlpha + std::max(servers, d) * 4.0 * static_cast<double>(chunk) / kBandwidth);
+        EXPECT_NEAR(t, expected, 1e-12 * expected) << d << " " << servers << " " << chunks;
+      }
+}
+
+TEST(ParameterServer, EveryFloatIsPushedAndPulledOncePerWorker) {
+  const int d = 3, servers = 2;
+  const int64_t count = 10007, chunk = 1000;
+  const StepList ps = ps_steps(d, servers, count, chunk);
+  std::vector<int64_t> pushed(static_cast<size_t>(count), 0), pulled(pushed);
+  for (const auto& round : ps.rounds)
+    for (const StepMessage& m : round.messages)
+      for (int64_t i = m.offset; i < m.offset + m.count; ++i)
+        ++(m.reduce ? pushed : pulled)[static_cast<size_t>(i)];
+  for (int64_t i = 0; i < count; ++i) {
+    ASSERT_EQ(pushed[static_cast<size_t>(i)], d) << i;
+    ASSERT_EQ(pulled[static_cast<size_t>(i)], d) << i;
+  }
+}
+
+// Wave quantization against its closed form, and without it (sms = 0) the
+// GEMM times are the FLOP count over the rate.
+TEST(Gemm, WaveEfficiencyIsTheFilledShareOfTheLastWave) {
+  GpuSpec gpu{1e12, 0.5, 0.0, 0};
+  EXPECT_EQ(gemm_wave_efficiency(gpu, 1, 100, 100), 1.0);  // off
+  gpu.sms = 4;
+  gpu.tiles = {{128, 256}};
+  EXPECT_DOUBLE_EQ(gemm_wave_efficiency(gpu, 1, 256, 512), 1.0);        // 4 tiles, one wave
+  EXPECT_DOUBLE_EQ(gemm_wave_efficiency(gpu, 1, 5 * 128, 256), 5.0 / 8);  // 5 tiles, two waves
+  EXPECT_DOUBLE_EQ(gemm_wave_efficiency(gpu, 3, 128, 256), 3.0 / 4);    // batched
+  EXPECT_DOUBLE_EQ(gemm_wave_efficiency(gpu, 1, 192, 512), 192.0 * 512 / (4 * 128 * 256));
+  // With a second tile, the better of the two: 640 rows are 4 tiles of 160,
+  // one full wave.
+  gpu.tiles = {{128, 256}, {160, 256}};
+  EXPECT_DOUBLE_EQ(gemm_wave_efficiency(gpu, 1, 5 * 128, 256), 1.0);
+}
+
+TEST(Gemm, WithoutWavesABlockTakesItsFlopsOverTheRate) {
+  const GpuSpec gpu{2e12, 0.5, 0.0, 0};
+  const GptShape g{4, 256, 8, 128, 1000};
+  for (int t : {1, 2, 4})
+    for (int64_t b : {1, 3}) {
+      const GemmSeconds block = block_gemm_seconds(g, b, t, gpu);
+      const double f = block_forward_flops(g, b) / t / 1e12;
+      EXPECT_NEAR(block.forward, f, 1e-12 * f);
+      EXPECT_NEAR(block.input_grad, f, 1e-12 * f);
+      EXPECT_NEAR(block.weight_grad, f, 1e-12 * f);
+      const GemmSeconds head = head_gemm_seconds(g, b, t, gpu);
+      const double hf = head_forward_flops(g, b) / t / 1e12;
+      EXPECT_NEAR(head.forward, hf, 1e-12 * hf);
+      EXPECT_NEAR(head.weight_grad, hf, 1e-12 * hf);
+    }
+  // Waves only slow a GEMM down.
+  GpuSpec waves = gpu;
+  waves.sms = 108;
+  const GemmSeconds slow = block_gemm_seconds(g, 1, 1, waves);
+  EXPECT_GT(slow.forward, block_gemm_seconds(g, 1, 1, gpu).forward);
+}
+
+// Overlap, one stage, d = 2, one block per bucket: block k's gradients are
+// final at the backward's start + (k + 1)·w (w: a block's backward; the head
+// is negligible), and the embedding's bucket at its end.
+StepSpec overlapped(int layers, int d) {
+  StepSpec s;
+  s.model = {layers, 64, 4, 32, 1};
+  s.dp = d;
+  s.batch = d;
+  s.vstage_layers = {layers};
+  s.overlap = true;
+  s.bucket_bytes = 4 * block_params(s.model);  // one block per bucket
+  return s;
+}
+
+double ring_s(int d, int64_t count) {
+  return 2 * (d - 1) * kAlpha + 2.0 * (d - 1) / d * 4.0 * static_cast<double>(count) / kBandwidth;
+}
+
+TEST(Overlap, AFastNetworkLeavesTheLastBlockAndTheEmbeddingExposed) {
+  const int layers = 4, d = 2;
+  ClusterSpec c = uniform(d);
+  c.gpu.peak_flops = 1e9;  // a block's backward ≈ 6.8 ms ≫ its 80 us ring
+  const StepSpec s = overlapped(layers, d);
+  const StepResult r = simulate_step(c, s);
+  const int64_t tail = model_params(s.model) - layers * block_params(s.model);
+  const double expected = r.pipeline_s + ring_s(d, block_params(s.model)) + ring_s(d, tail);
+  EXPECT_NEAR(r.step_s, expected, 1e-9 * expected);
+  StepSpec off = s;
+  off.overlap = false;
+  const StepResult o = simulate_step(c, off);
+  EXPECT_NEAR(o.step_s, o.pipeline_s + ring_s(d, model_params(s.model)), 1e-9 * o.step_s);
+  EXPECT_LT(r.step_s, o.step_s);
+}
+
+TEST(Overlap, ASlowNetworkSyncsTheBucketsBackToBack) {
+  const int layers = 4, d = 2;
+  ClusterSpec c = uniform(d);
+  c.gpu.peak_flops = 1e13;  // a block's backward ≈ 0.7 us ≪ its ring
+  const StepSpec s = overlapped(layers, d);
+  const StepResult r = simulate_step(c, s);
+  // The backward's share before the first bucket is ready: the forward, the
+  // head and one block, from the same GEMM times the simulator uses.
+  const GemmSeconds block = block_gemm_seconds(s.model, 1, 1, c.gpu);
+  const GemmSeconds head = head_gemm_seconds(s.model, 1, 1, c.gpu);
+  const double first = layers * block.forward + head.forward + head.input_grad +
+                       head.weight_grad + block.input_grad + block.weight_grad;
+  const int64_t tail = model_params(s.model) - layers * block_params(s.model);
+  const double expected = first + layers * ring_s(d, block_params(s.model)) + ring_s(d, tail);
+  EXPECT_NEAR(r.step_s, expected, 1e-9 * expected);
+}
+
 TEST(Contention, TwoEqualFlowsOnOneNicTakeTwiceAsLong) {
   const Network shared(uniform(2, 2, 1)), own(uniform(2, 2, 2));
   const int64_t count = 1 << 20;
@@ -133,6 +257,24 @@ TEST(Bubble, OneFOneBAndInterleavedGiveTheirClosedForms) {
             << p << " " << m << " " << v;
       }
     }
+}
+
+// The memory-bound kernels: the byte count of a small block by hand, and
+// in a step their time bytes / bandwidth once in the forward and once in
+// each half of the backward, per layer.
+TEST(Memory, TheBlocksElementwiseBytesCostBytesOverBandwidthThreeTimes) {
+  // b = 1, s = 4, h = 8, a = 2, t = 1, 2-byte elements: b·s·h = 32 and
+  // b·a·s² = 32 — norms 256, softmax 128, dropout 160, GeLU 512, residuals 448.
+  EXPECT_EQ(block_memory_bytes({1, 8, 2, 4, 1}, 1, 1, 2), 1504.0);
+  EXPECT_EQ(block_memory_bytes({1, 8, 2, 4, 1}, 1, 1, 2, /*flash=*/true), 1504.0 - 128 - 160);
+  ClusterSpec c = uniform(1);
+  StepSpec s = pipeline("1f1b", 1, 2, 1);
+  const StepResult off = simulate_step(c, s);
+  c.gpu.memory_bandwidth = 1e9;
+  const StepResult on = simulate_step(c, s);
+  const double per_layer = block_memory_bytes(s.model, s.microbatch, 1, s.dtype_bytes) / 1e9;
+  const double expected = 3 * s.microbatches * s.model.layers * per_layer;
+  EXPECT_NEAR(on.step_s - off.step_s, expected, 1e-9 * expected);
 }
 
 TEST(Flops, TheStepCountIsMegatronsFormula) {

@@ -50,6 +50,14 @@ echo "$status"
 grep -q "hostname $PSAR_CLUSTER_NAME-h2  10.99.200.2/24  tbf out 1Gbit in 1Gbit" <<<"$status" ||
   fail "status does not show host 2 with its hostname, address and shaped link"
 
+# --slots places ranks host by host: 1 on host 1, 2 on host 2; a count that
+# does not add up to -np is refused before anything starts.
+hosts_of=$("$cluster" mpirun -np 3 --slots 1,2 -- hostname | sort | uniq -c | awk '{print $2 "=" $1}' | xargs)
+[[ $hosts_of == "$PSAR_CLUSTER_NAME-h1=1 $PSAR_CLUSTER_NAME-h2=2" ]] ||
+  fail "--slots 1,2 put the 3 ranks on: $hosts_of"
+out=$("$cluster" mpirun -np 4 --slots 1,2 -- hostname 2>&1) && fail "--slots 1,2 with -np 4 ran: $out"
+grep -q "slots 1,2 places 3 ranks, -np is 4" <<<"$out" || fail "--slots mismatch not named: $out"
+
 # name NP PER_HOST HOSTS SET...: the run on one host, then across the cluster.
 compare() {
   local name=$1 np=$2 per_host=$3 hosts=$4

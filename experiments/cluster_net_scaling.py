@@ -121,7 +121,9 @@ def load(exp, raw, psar):
             for S in ps["servers"]:
                 got[side].update(read_times(os.path.join(raw, f"{side}_ps_{name}_s{S}.csv"),
                                             lambda r, S=S: f"ps S={S}"))
-        for (method, n), t in sorted(got["cluster"].items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        order = ar["algos"] + [f"ps S={S}" for S in ps["servers"]]
+        for (method, n), t in sorted(got["cluster"].items(),
+                                     key=lambda kv: (order.index(kv[0][0]), kv[0][1])):
             rows.append({"layout": name, "hosts": H, "per_host": K, "N": N, "method": method,
                          "size": n, "cluster_s": t, "emulator_s": got["emulator"].get((method, n))})
     if not rows:
@@ -223,6 +225,8 @@ def plot(exp, rows, path):
                         alpha=0.6)
             ax.plot(xs, [p[1]["alpha_beta_s"] * 1e3 for p in pts], ":", color=f"C{i}", alpha=0.6)
         ax.set_xscale("log", base=2)
+        Ns = sorted({r["N"] for r in rows})
+        ax.set_xticks(Ns, [str(n) for n in Ns])
         ax.set_yscale("log")
         ax.set_xlabel("N (ranks; PS: workers)")
         ax.set_title(("one rank per host" if K1 else "2 hosts × K ranks") +

@@ -201,7 +201,8 @@ class Comm {
   void inherit(Comm& parent);
   // The NIC that the ranks of `node` share under a two-level network model,
   // one object per node of this world: only transports whose ranks share an
-  // address space can give one (the in-process one); others return null.
+  // address space can give one (the in-process one); others return null, and
+  // the node's ranks share it in shared memory (node_nic_in_shared_memory).
   virtual std::shared_ptr<Nic> shared_nic(int node, const NetModel& model);
   friend void apply_network_model(Comm& comm, const NetModel& model);
   // Prefixes `what` with the current operation and the rank: for error texts.

@@ -26,12 +26,13 @@
 // on its egress); messages inside a node pass through the two ranks' own
 // links of capacity B_i (intra_bandwidth; unset = not limited) and latency
 // L_i, the same model one level down. The node's NIC is one object that its
-// ranks share, so it needs them in one process (the in-process transport);
-// under mpirun only node_size 1 is modelled (a ConfigError otherwise).
+// ranks share: where they are threads of one process (the in-process
+// transport) a plain object, where they are processes of one host (mpirun)
+// its state lives in POSIX shared memory that the node's ranks map (a node's
+// ranks on different hosts are a ConfigError: use real hosts,
+// scripts/cluster.sh, for the outer level).
 
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
 namespace psar {
@@ -68,7 +69,16 @@ void apply_network_model(Comm& comm, const NetModel& model);
 
 class Nic {
  public:
-  explicit Nic(NetModel model) : model_(model) {}
+  // Egress and ingress state, plain data with a lock-free lock, so that it
+  // can live in memory that several processes map (netem.cc).
+  struct State;
+  explicit Nic(NetModel model);
+  // A NIC whose state is `shared` (constructed by the caller), kept mapped
+  // by `mapping` while this NIC lives.
+  Nic(NetModel model, State* shared, std::shared_ptr<void> mapping);
+  ~Nic();
+  Nic(const Nic&) = delete;
+  Nic& operator=(const Nic&) = delete;
   const NetModel& model() const { return model_; }
   // A bandwidth of 0 transfers in no time (only the latency counts).
   // Egress: when a message of `bytes` posted at `now` has left this NIC.
@@ -79,11 +89,18 @@ class Nic {
 
  private:
   NetModel model_;
-  std::mutex mu_;
-  double egress_free_ = 0;
-  std::map<double, double> ingress_busy_;  // start -> end, disjoint, merged when touching
-  double ingress_floor_ = 0;               // before it, all counts as busy (forgotten)
+  std::unique_ptr<State> own_;    // a NIC of this process alone
+  std::shared_ptr<void> mapping_;  // or a node's, in shared memory
+  State* state_;
 };
+
+// The NIC of this rank's node (ranks r / node_size) for ranks that are
+// processes on one host: rank 0 names one POSIX shared-memory segment per
+// node of several ranks, the node's first rank creates it, the others map
+// it, and it is unlinked once all have (nothing is left behind when the job
+// ends). Collective over `comm`. A rank alone on its node gets a NIC of its
+// own; a node whose ranks run on different hosts is a ConfigError.
+std::shared_ptr<Nic> node_nic_in_shared_memory(Comm& comm, int node_size, const NetModel& model);
 
 // Blocks until the shared monotonic clock reads `when`: sleeps for the bulk,
 // then yields (never hogs a core that another rank may need).

@@ -4,7 +4,7 @@
 # shaped by a tbf qdisc on both ends, and mpirun across them.
 #
 #   scripts/cluster.sh up --hosts H [--link 1Gbit] [--subnet 10.99.0.0/24]
-#   scripts/cluster.sh mpirun -np N [--per-host K] -- COMMAND...
+#   scripts/cluster.sh mpirun -np N [--per-host K | --slots K1,K2,...] -- COMMAND...
 #   scripts/cluster.sh exec HOST -- COMMAND...     (HOST: 1..H, psar-hN or its address)
 #   scripts/cluster.sh status
 #   scripts/cluster.sh down
@@ -258,37 +258,64 @@ cluster_exec() {
 
 cluster_mpirun() {
   load_state
-  local np="" per_host=""
+  local np="" per_host="" slots=""
   while (($#)); do
     case $1 in
       -np | -n) np=${2:?}; shift 2 ;;
       --per-host) per_host=${2:?}; shift 2 ;;
+      --slots) slots=${2:?}; shift 2 ;;
       --) shift; break ;;
       *) break ;;
     esac
   done
   [[ $np =~ ^[0-9]+$ ]] && ((np >= 1)) || die "mpirun: -np must be a positive integer, got '$np'"
-  (($#)) || die "mpirun: no command (cluster.sh mpirun -np N [--per-host K] -- COMMAND...)"
-  if [[ -z $per_host ]]; then per_host=$(((np + hosts - 1) / hosts)); fi
-  [[ $per_host =~ ^[0-9]+$ ]] && ((per_host >= 1)) || die "mpirun: --per-host must be a positive integer"
-  local used=$(((np + per_host - 1) / per_host))
-  ((used <= hosts)) || die "mpirun: $np ranks at $per_host per host need $used hosts, the cluster has $hosts"
-  # Ranks fill host 1, then host 2, ... (by slot): ranks 0..K-1 on host 1.
+  (($#)) || die "mpirun: no command (cluster.sh mpirun -np N [--per-host K | --slots K1,K2,...] -- COMMAND...)"
+  [[ -z $per_host || -z $slots ]] || die "mpirun: --per-host and --slots exclude each other"
+  # counts[h-1]: ranks on host h. --slots K1,K2,... gives them host by host
+  # (a parameter server's shards on hosts of their own beside K workers per
+  # host); --per-host K puts K on every host used.
+  local -a counts=()
+  if [[ -n $slots ]]; then
+    [[ $slots =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
+      die "mpirun: --slots '$slots': expected positive integers, one per host (2,2,1)"
+    IFS=, read -r -a counts <<<"$slots"
+    local total=0 k
+    for k in "${counts[@]}"; do total=$((total + k)); done
+    ((total == np)) || die "mpirun: --slots $slots places $total ranks, -np is $np"
+    ((${#counts[@]} <= hosts)) || die "mpirun: --slots $slots names ${#counts[@]} hosts, the cluster has $hosts"
+  else
+    if [[ -z $per_host ]]; then per_host=$(((np + hosts - 1) / hosts)); fi
+    [[ $per_host =~ ^[0-9]+$ ]] && ((per_host >= 1)) || die "mpirun: --per-host must be a positive integer"
+    local used=$(((np + per_host - 1) / per_host))
+    ((used <= hosts)) || die "mpirun: $np ranks at $per_host per host need $used hosts, the cluster has $hosts"
+    for ((h = 1; h <= used; ++h)); do counts+=("$per_host"); done
+  fi
+  # Ranks fill host 1, then host 2, ... (by slot): ranks 0..K1-1 on host 1.
   local hostfile=$state/hostfile agent=$state/agent
   : >"$hostfile"
-  for ((h = 1; h <= used; ++h)); do echo "$(host_ip "$h") slots=$per_host" >>"$hostfile"; done
+  for ((h = 1; h <= ${#counts[@]}; ++h)); do echo "$(host_ip "$h") slots=${counts[h - 1]}" >>"$hostfile"; done
   printf '#!/bin/sh\nexec %q --name %q rsh "$@"\n' "$self" "$name" >"$agent"
   chmod +x "$agent"
-  local cidr
+  local cidr eager=${PSAR_CLUSTER_TCP_EAGER:-1048576}
+  [[ $eager =~ ^[0-9]+$ ]] && ((eager >= 1024)) ||
+    die "PSAR_CLUSTER_TCP_EAGER '$eager': expected bytes, at least 1024"
   cidr=$(int_to_ip "$net_base")/$net_len
   # TCP only inside the cluster subnet (data and Open MPI's own out-of-band
   # channel); shared memory between ranks of one host; yield when idle:
   # busy polling starves the kernel's packet processing between namespaces.
+  # Messages up to 1 MiB eager (Open MPI's TCP default: 64 KiB): a larger
+  # message waits for the receiver's go-ahead, which queues behind the
+  # receiver's own data to the sender on their one socket, so two ranks that
+  # send to each other take turns (docs/network.md, "Two ranks that send to
+  # each other"); psar's segments (sync.segment_bytes, 512 KiB) fit.
+  # PSAR_CLUSTER_TCP_EAGER=BYTES sets another limit (65536: Open MPI's).
   exec mpirun --allow-run-as-root --oversubscribe \
     --hostfile "$hostfile" -np "$np" --map-by slot \
     --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl self,vader,tcp --mca btl_tcp_if_include "$cidr" --mca oob_tcp_if_include "$cidr" \
     --mca mpi_yield_when_idle 1 \
+    --mca btl_tcp_eager_limit "$eager" --mca btl_tcp_rndv_eager_limit "$eager" \
+    --mca btl_tcp_max_send_size $((eager > 131072 ? eager : 131072)) \
     "$@"
 }
 

@@ -68,12 +68,13 @@ def query(ranks, sizes, algos=None, segment_bytes=None, alpha=0.0, beta=0.0, gam
 
 # ---- the parameter server (not an allreduce: no registry entry) ------------
 
-def ps_time(N, S, n, bandwidth, alpha, chunk):
+def ps_time(N, S, n, bandwidth, alpha, chunk, workers_per_node=1):
     """α-β time of one push + pull of n bytes by N workers over S shards, each
     NIC at `bandwidth` bytes/s: every shard's NIC carries N·n/S in and out,
-    every worker's n; with chunks streamed push and pull overlap, so the
-    busiest NIC's bytes plus the last chunk's replies, and two latencies."""
-    busiest = max(N * n / S, n)
+    every worker's n (K·n where K workers share a node's NIC); with chunks
+    streamed push and pull overlap, so the busiest NIC's bytes plus the last
+    chunk's replies, and two latencies."""
+    busiest = max(N * n / S, workers_per_node * n)
     tail = max(N, S) * min(chunk, n / S)
     return (busiest + tail) / bandwidth + 2 * alpha
 

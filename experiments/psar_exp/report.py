@@ -7,7 +7,8 @@ Two dialects share the `experiment:` section (name, description, and for
   - `psar train` configs (experiments/quickstart.yaml, ...): only the
     harness's own keys are checked here; psar checks every other section.
   - report definitions (comm_volume.yaml, collective_cost.yaml,
-    net_scaling.yaml, ps_vs_allreduce.yaml): every key, by SCHEMAS[kind].
+    net_scaling.yaml, cluster_net_scaling.yaml, ps_vs_allreduce.yaml): every
+    key, by SCHEMAS[kind].
 """
 
 import yaml
@@ -127,6 +128,18 @@ SCHEMAS = {
         "ps": {"servers": [Int], "size": Size, "iters": Int, "warmup": Int, "chunk_bytes": Size},
         "headline_size": Size,
         "check": {"network": Str, "min_size": Size, "tolerance": Number},
+    },
+    # net_scaling on the virtual cluster (scripts/cluster.sh): hosts × ranks
+    # per host, each layout beside the emulator and the α-β forms.
+    "cluster_net_scaling": {
+        "experiment": EXPERIMENT,
+        "cluster": {"name": Str, "subnet": Str, "link": Bandwidth},
+        "layouts": [{"hosts": Int, "per_host": Int}],
+        "allreduce": {"algos": [Str], "min": Size, "max": Size, "factor": Int, "iters": Int,
+                      "warmup": Int, "segment_bytes": Size},
+        "ps": {"servers": [Int], "size": Size, "iters": Int, "warmup": Int, "chunk_bytes": Size},
+        "headline_size": Size,
+        "tolerance": Number,
     },
     # A `psar train` config (psar checks the other sections) with a sweep of
     # its own: every method at every N and network, then the consistency runs.

@@ -104,16 +104,19 @@ def points(exp, base_ranks=None, extra_sets=()):
     return out
 
 
-def cluster_prefix(ranks, per_host=None, name=None):
+def cluster_prefix(ranks, per_host=None, name=None, slots=None):
     """scripts/cluster.sh mpirun on the virtual cluster (docs/network.md): the
     hostfile, the rsh agent into the hosts' namespaces and the MCA settings
-    are the script's; `per_host` ranks on each host (default: as the script)."""
+    are the script's; `per_host` ranks on each host (default: as the script),
+    or `slots` [K1, K2, ...] ranks on host 1, 2, ...."""
     cmd = [os.path.join(ROOT, "scripts", "cluster.sh")]
     if name:
         cmd += ["--name", name]
     cmd += ["mpirun", "-np", str(ranks)]
     if per_host:
         cmd += ["--per-host", str(per_host)]
+    if slots:
+        cmd += ["--slots", ",".join(str(k) for k in slots)]
     return cmd + ["--"]
 
 

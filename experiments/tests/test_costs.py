@@ -70,3 +70,12 @@ def test_binary_comes_from_psar_bin(monkeypatch):
     monkeypatch.setenv("PSAR_BIN", os.path.join(os.sep, "nonexistent", "psar"))
     with pytest.raises(runner.RunError, match="psar binary not found at /nonexistent/psar"):
         runner.psar_binary()
+
+
+def test_ps_time_puts_a_nodes_workers_on_its_one_nic():
+    # 4 workers, 1 shard: the shard's NIC carries 4n whatever the placement;
+    # 8 workers over 4 shards: a shard 2n, but 4 workers on one node 4n.
+    n, B, chunk = 8 << 20, 125e6, 1 << 20
+    assert costs.ps_time(4, 1, n, B, 0.0, chunk) == costs.ps_time(4, 1, n, B, 0.0, chunk, 2)
+    assert costs.ps_time(8, 4, n, B, 0.0, chunk) == pytest.approx((2 * n + 8 * chunk) / B)
+    assert costs.ps_time(8, 4, n, B, 0.0, chunk, 4) == pytest.approx((4 * n + 8 * chunk) / B)

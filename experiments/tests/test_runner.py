@@ -76,6 +76,11 @@ def test_on_the_cluster_train_commands_go_through_cluster_sh():
     assert "--allow-run-as-root" in plain and "cluster.sh" not in " ".join(plain)
 
 
+def test_cluster_slots_place_ranks_host_by_host():
+    cmd = runner.cluster_prefix(5, name="psar-n", slots=[1, 2, 2])
+    assert cmd[1:] == ["--name", "psar-n", "mpirun", "-np", "5", "--slots", "1,2,2", "--"]
+
+
 def test_cpu_times_read_steal_where_the_kernel_reports_it(tmp_path):
     stat = tmp_path / "stat"
     stat.write_text("cpu  100 5 50 800 10 0 5 30 7 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")

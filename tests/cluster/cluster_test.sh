@@ -4,7 +4,7 @@
 # subnet): a training run with --sync ring, ps (a dedicated server on host 1,
 # workers on both hosts), mpi and hierarchical across the hosts ends with the parameters of
 # the same run on one host (within 1e-6); a run that fails across the hosts
-# fails with its cause; `down` leaves no namespace, link or qdisc behind,
+# fails with its cause (an emulated node spanning hosts too); `down` leaves no namespace, link or qdisc behind,
 # and an `up` that fails halfway removes what it made.
 # Exit 77 (CTest: skipped) where network namespaces cannot be made.
 set -uo pipefail
@@ -50,6 +50,14 @@ echo "$status"
 grep -q "hostname $PSAR_CLUSTER_NAME-h2  10.99.200.2/24  tbf out 1Gbit in 1Gbit" <<<"$status" ||
   fail "status does not show host 2 with its hostname, address and shaped link"
 
+# --slots places ranks host by host: 1 on host 1, 2 on host 2; a count that
+# does not add up to -np is refused before anything starts.
+hosts_of=$("$cluster" mpirun -np 3 --slots 1,2 -- hostname | sort | uniq -c | awk '{print $2 "=" $1}' | xargs)
+[[ $hosts_of == "$PSAR_CLUSTER_NAME-h1=1 $PSAR_CLUSTER_NAME-h2=2" ]] ||
+  fail "--slots 1,2 put the 3 ranks on: $hosts_of"
+out=$("$cluster" mpirun -np 4 --slots 1,2 -- hostname 2>&1) && fail "--slots 1,2 with -np 4 ran: $out"
+grep -q "slots 1,2 places 3 ranks, -np is 4" <<<"$out" || fail "--slots mismatch not named: $out"
+
 # name NP PER_HOST HOSTS SET...: the run on one host, then across the cluster.
 compare() {
   local name=$1 np=$2 per_host=$3 hosts=$4
@@ -82,6 +90,15 @@ rc=$?
 [[ $rc -ne 0 ]] || fail "a loopback parameter server across hosts succeeded"
 grep -q "ps.interface '127.0.0.1': a loopback address, but ranks run on host" <<<"$out" ||
   fail "the failed run does not name its cause: $out"
+
+# An emulated node (net.node_size) whose ranks are on two hosts is refused,
+# naming the hosts: its NIC is shared memory of one host.
+out=$("$cluster" mpirun -np 2 --per-host 1 -- "$probe" --set net.bandwidth=1Gbit \
+  --set net.node_size=2 --compare "$work/ring.bin" 2>&1)
+rc=$?
+[[ $rc -ne 0 ]] || fail "an emulated node across two hosts was accepted"
+grep -q "net.node_size = 2: rank 1 runs on host $PSAR_CLUSTER_NAME-h2, rank 0 of its node on $PSAR_CLUSTER_NAME-h1" <<<"$out" ||
+  fail "the refused node does not name its hosts: $out"
 
 "$cluster" down || fail "down failed"
 [[ -z $(leftovers) ]] || fail "down left behind: $(leftovers)"

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 
 #include "comm/mpi_comm.h"
 #include "comm/netem.h"
@@ -122,22 +123,57 @@ TEST(MpiComm, EmulatedNetworkDeliversOnTheModelsSchedule) {
   plain.barrier();
 }
 
-TEST(MpiComm, ATwoLevelNetworkWithNodesOfSeveralProcessesIsRefusedNamingTheKey) {
-  // A node's NIC is one object its ranks share: processes cannot.
+TEST(MpiComm, TheProcessesOfANodeShareItsNicInSharedMemory) {
+  // Nodes of 2 processes: both ranks of a node post a message of n bytes on
+  // the node's NIC at the same model time t; it carries them one after the
+  // other, so one leaves at t + n/B and the other at t + 2n/B, whichever
+  // comes first (model times, no clock involved). Each rank's links inside
+  // the node are its own. The control plane runs on `plain`, so that only
+  // these messages pass through the NICs.
   MpiComm net(MPI_COMM_WORLD);
+  MpiComm& plain = world();
   NetModel m{1.25e8, 50e-6};
   m.node_size = 2;
-  try {
-    apply_network_model(net, m);
-    FAIL() << "a NIC shared across processes was accepted";
-  } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("net.node_size = 2"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("mpi transport"));
+  m.intra_bandwidth = 5e8;
+  apply_network_model(net, m);
+  ASSERT_TRUE(net.network() && net.intra_network());
+  const size_t n = 1 << 20;
+  const double t = 1000.0, once = n / m.bandwidth;
+  std::vector<double> left;
+  for (const auto& v : plain.allgather_bytes(std::as_bytes(std::span<const double>(
+           std::array<double, 1>{net.network()->depart(n, t)}))))
+    left.push_back(*reinterpret_cast<const double*>(v.data()));
+  for (int node = 0; node < net.size() / 2; ++node) {
+    const double a = std::min(left[2 * node], left[2 * node + 1]);
+    const double b = std::max(left[2 * node], left[2 * node + 1]);
+    EXPECT_DOUBLE_EQ(a, t + once) << "node " << node;
+    EXPECT_DOUBLE_EQ(b, t + 2 * once) << "node " << node << ": its NIC did not serialize";
   }
-  // One rank per node: each its own NIC, and the nodes known.
+  EXPECT_DOUBLE_EQ(net.intra_network()->depart(n, t), t + n / m.intra_bandwidth);
+  // The ingress too: both ranks' arrivals of n at t fill one busy interval.
+  plain.barrier();
+  std::vector<double> in;
+  for (const auto& v : plain.allgather_bytes(std::as_bytes(std::span<const double>(
+           std::array<double, 1>{net.network()->arrive(n, t)}))))
+    in.push_back(*reinterpret_cast<const double*>(v.data()));
+  for (int node = 0; node < net.size() / 2; ++node) {
+    EXPECT_DOUBLE_EQ(std::min(in[2 * node], in[2 * node + 1]), t + m.latency) << "node " << node;
+    EXPECT_DOUBLE_EQ(std::max(in[2 * node], in[2 * node + 1]), t + m.latency + once)
+        << "node " << node << ": its ingress did not serialize";
+  }
+  // Nodes known; a rank alone on its node (odd sizes) has a NIC of its own.
+  std::vector<int> expect(static_cast<size_t>(net.size()));
+  for (int r = 0; r < net.size(); ++r) expect[static_cast<size_t>(r)] = r / 2;
+  EXPECT_EQ(net.nodes(), expect);
+}
+
+TEST(MpiComm, OneRankPerNodeHasANicOfItsOwn) {
+  MpiComm net(MPI_COMM_WORLD);
+  NetModel m{1.25e8, 50e-6};
   m.node_size = 1;
   apply_network_model(net, m);
   EXPECT_TRUE(net.network() && net.intra_network());
+  EXPECT_DOUBLE_EQ(net.network()->depart(1000, 5.0), 5.0 + 1000 / m.bandwidth);
   std::vector<int> expect(static_cast<size_t>(net.size()));
   for (int r = 0; r < net.size(); ++r) expect[static_cast<size_t>(r)] = r;
   EXPECT_EQ(net.nodes(), expect);

@@ -6,14 +6,14 @@
 // the unit of aggregation and of a message, so a large push streams as several
 // messages and the server updates and answers the first chunks while the later
 // ones are still on the wire (pipelining, as BytePS partitions large tensors).
-// The chunk size follows the shard (ps.shard_chunks: 0, the default): a
-// shard of B bytes streams as k ≈ sqrt(B / B0) chunks (B0 = kMinChunkBytes),
-// each at most ps.chunk_bytes, so that a mid-size push_pull pipelines too
-// instead of travelling as one message that the server can only update, and
-// the worker only copy out, once all of it has arrived. k balances the work
-// left exposed after the last chunk arrives (update + copy-out of one chunk,
-// ∝ B/k) against the fixed cost of k messages (∝ k); docs/theory.md, "PS
-// chunking". A positive ps.shard_chunks K overrides it: a shard smaller than
+// The chunk size follows the shard (ps.shard_chunks: 0, the default): with
+// N workers a shard of B bytes streams as k ≈ sqrt(B / (N·B0)) chunks (B0 =
+// kMinChunkBytes), each at most ps.chunk_bytes, so that a mid-size push_pull
+// pipelines too instead of travelling as one message that the server can
+// only update, and the worker only copy out, once all of it has arrived. k
+// balances the work left exposed after the last chunk arrives (update +
+// copy-out of one chunk, ∝ B/k) against the fixed cost of the N·k messages
+// the shard takes in (∝ N·k); docs/theory.md, "PS chunking". A positive ps.shard_chunks K overrides it: a shard smaller than
 // K chunks of ps.chunk_bytes is cut into K chunks (none below
 // kMinChunkBytes; 1 = whole ps.chunk_bytes chunks).
 //
@@ -62,20 +62,22 @@ int64_t chunk_floats_for(int64_t chunk_bytes);
 
 constexpr int64_t kMinChunkBytes = 64 << 10;  // below it a message's fixed cost dominates
 constexpr int64_t kAutoShardChunks = 0;        // ps.shard_chunks: chunk count from the shard size
-// Chunks of a shard of `shard_floats` floats under the automatic rule: the
-// k >= 1 that minimises x/k + k for x = shard bytes / kMinChunkBytes
-// (≈ sqrt(x); 1 MiB: 4, 4 MiB: 8, 16 MiB: 16).
-int64_t auto_shard_chunks(int64_t shard_floats);
+// Chunks of a shard of `shard_floats` floats pushed by `workers` workers
+// under the automatic rule: the k >= 1 that minimises x/k + k for
+// x = shard bytes / (workers · kMinChunkBytes) (≈ sqrt(x); one worker:
+// 1 MiB 4, 4 MiB 8, 16 MiB 16; four workers: 1 MiB 2, 4 MiB 4).
+int64_t auto_shard_chunks(int64_t shard_floats, int workers = 1);
 // Floats per chunk of a shard of `shard_floats` floats: ps.chunk_bytes, or
 // less so that the shard streams as `shard_chunks` chunks (ps.shard_chunks;
-// kAutoShardChunks = auto_shard_chunks; 1 = always ps.chunk_bytes), but never
-// less than kMinChunkBytes (nor more than ps.chunk_bytes). Throws
-// ConfigError for shard_chunks < 0.
-int64_t chunk_floats_for(int64_t chunk_bytes, int64_t shard_floats, int64_t shard_chunks);
+// kAutoShardChunks = auto_shard_chunks for `workers`; 1 = always
+// ps.chunk_bytes), but never less than kMinChunkBytes (nor more than
+// ps.chunk_bytes). Throws ConfigError for shard_chunks < 0.
+int64_t chunk_floats_for(int64_t chunk_bytes, int64_t shard_floats, int64_t shard_chunks,
+                         int workers = 1);
 // The one chunk size of a job, the same on every server and worker:
-// chunk_floats_for its largest shard.
+// chunk_floats_for its largest shard and the job's `workers`.
 int64_t plan_chunk_floats(int64_t chunk_bytes, int64_t shard_chunks,
-                          std::span<const KeyRange> plan);
+                          std::span<const KeyRange> plan, int workers = 1);
 
 // `size` floats over `shards` servers; with `align_to` non-empty, boundaries
 // snap to tensor boundaries (offsets of align_to, which must tile [0, size)).

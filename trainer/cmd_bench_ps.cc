@@ -8,8 +8,8 @@
 // 0..S-1 serve and the N = W - S others work. For every size b, b·f, … ≤ e
 // bytes (M = size/4 floats): a fresh bsp job of S dedicated shards (launch_ps;
 // M split evenly, each shard streamed in chunks of at most ps.chunk_bytes,
-// as many as ps.shard_chunks chooses (0, the default: from the shard size,
-// about sqrt(shard bytes / 64 KiB); ps/sharding.h); plain SGD
+// as many as ps.shard_chunks chooses (0, the default: from the shard size
+// and N, about sqrt(shard bytes / (N · 64 KiB)); ps/sharding.h); plain SGD
 // unless --set optimizer.*), and beside it S echo servers (ps/raw_echo.h) on
 // the same ranks, sent the same messages.
 // Each worker makes w warm-up calls of each, then n timed calls of each in
@@ -170,7 +170,8 @@ Timing measure(Comm& world, const BenchOptions& o, const ps::PsOptions& po, int6
     std::vector<ps::ShardLayout> layouts;
     std::vector<ps::KeyRange> plan;
     for (const auto& a : me.shards) plan.push_back(a.range);
-    const int64_t chunk_floats = ps::plan_chunk_floats(po.chunk_bytes, po.shard_chunks, plan);
+    const int64_t chunk_floats =
+        ps::plan_chunk_floats(po.chunk_bytes, po.shard_chunks, plan, me.workers);
     for (const auto& a : me.shards) layouts.push_back({a.shard, a.range, chunk_floats});
     ps::EchoClient raw(endpoints, layouts, po.timeout_s);
     const std::vector<float> grads(static_cast<size_t>(count), 1e-3f);
@@ -239,7 +240,7 @@ int cmd_bench_ps(CliContext& ctx) {
         W, opt.type.c_str(), opt.lr, opt.momentum, format_bytes(po.chunk_bytes).c_str(),
         format_bytes(ps::kMinChunkBytes).c_str(),
         po.shard_chunks == ps::kAutoShardChunks
-            ? "about sqrt(shard bytes / 64 KiB)"
+            ? "about sqrt(shard bytes / (workers * 64 KiB))"
             : (std::to_string(po.shard_chunks) + " when smaller").c_str());
     std::printf(
         "# iters %d in %d rounds, warmup %d; time = median over rounds of the max over "
@@ -282,7 +283,8 @@ int cmd_bench_ps(CliContext& ctx) {
                                                         [](const auto& a, const auto& b) {
                                                           return a.size() < b.size();
                                                         }),
-                                      ps::plan_chunk_floats(po.chunk_bytes, po.shard_chunks, plan)};
+                                      ps::plan_chunk_floats(po.chunk_bytes, po.shard_chunks,
+                                                            plan, N)};
         std::printf("  %7lld %7d %12lld %12lld %6d %12.1f %10.3f %12.1f %10.3f %8.3f\n",
                     static_cast<long long>(S), N, static_cast<long long>(size),
                     static_cast<long long>(size / 4), largest.chunks(), t.ps_s * 1e6, ps_bw,

@@ -41,15 +41,17 @@ int64_t chunk_floats_for(int64_t chunk_bytes) {
 }
 
 int64_t auto_shard_chunks(int64_t shard_floats, int workers) {
-  // Exposed tail c·B/k plus message costs N·k·o, in units of N·o: x/k + k
-  // with x = B/(N·B0) and B0 = o/c, the size whose update + copy-out costs as
-  // much as a message (docs/theory.md, "PS chunking"). k beats k + 1 while
+  PSAR_CHECK(workers >= 1, "auto_shard_chunks: ", workers, " workers");
+  // With several workers the N·k messages cost more than the exposed tail
+  // they save (measured, docs/theory.md): one message per shard.
+  if (workers > 1) return 1;
+  // Exposed tail c·B/k plus message costs k·o, in units of o: x/k + k with
+  // x = B/B0 and B0 = o/c, the size whose update + copy-out costs as much as
+  // a message (docs/theory.md, "PS chunking"). k beats k + 1 while
   // k(k + 1) < x, so the least k with k(k + 1) >= x is the best (ties: fewer
   // messages); it is floor(sqrt(x)) or one more.
-  PSAR_CHECK(workers >= 1, "auto_shard_chunks: ", workers, " workers");
   const double x = static_cast<double>(std::max<int64_t>(shard_floats, 0)) *
-                   static_cast<double>(sizeof(float)) /
-                   (static_cast<double>(workers) * static_cast<double>(kMinChunkBytes));
+                   static_cast<double>(sizeof(float)) / static_cast<double>(kMinChunkBytes);
   auto k = std::max<int64_t>(1, static_cast<int64_t>(std::sqrt(x)));
   while (static_cast<double>(k) * static_cast<double>(k + 1) < x) ++k;
   return k;

@@ -7,14 +7,16 @@
 // messages and the server updates and answers the first chunks while the later
 // ones are still on the wire (pipelining, as BytePS partitions large tensors).
 // The chunk size follows the shard (ps.shard_chunks: 0, the default): with
-// N workers a shard of B bytes streams as k ≈ sqrt(B / (N·B0)) chunks (B0 =
+// one worker a shard of B bytes streams as k ≈ sqrt(B / B0) chunks (B0 =
 // kMinChunkBytes), each at most ps.chunk_bytes, so that a mid-size push_pull
 // pipelines too instead of travelling as one message that the server can
 // only update, and the worker only copy out, once all of it has arrived. k
 // balances the work left exposed after the last chunk arrives (update +
-// copy-out of one chunk, ∝ B/k) against the fixed cost of the N·k messages
-// the shard takes in (∝ N·k); docs/theory.md, "PS chunking". A positive ps.shard_chunks K overrides it: a shard smaller than
-// K chunks of ps.chunk_bytes is cut into K chunks (none below
+// copy-out of one chunk, ∝ B/k) against the fixed cost of k messages (∝ k);
+// docs/theory.md, "PS chunking". With several workers the messages cost
+// more than they save (measured there), so a shard below ps.chunk_bytes
+// stays one message. A positive ps.shard_chunks K overrides it: a shard
+// smaller than K chunks of ps.chunk_bytes is cut into K chunks (none below
 // kMinChunkBytes; 1 = whole ps.chunk_bytes chunks).
 //
 // Balanced (default): shard s owns [s·M/S, (s+1)·M/S), so sizes differ by at
@@ -63,9 +65,9 @@ int64_t chunk_floats_for(int64_t chunk_bytes);
 constexpr int64_t kMinChunkBytes = 64 << 10;  // below it a message's fixed cost dominates
 constexpr int64_t kAutoShardChunks = 0;        // ps.shard_chunks: chunk count from the shard size
 // Chunks of a shard of `shard_floats` floats pushed by `workers` workers
-// under the automatic rule: the k >= 1 that minimises x/k + k for
-// x = shard bytes / (workers · kMinChunkBytes) (≈ sqrt(x); one worker:
-// 1 MiB 4, 4 MiB 8, 16 MiB 16; four workers: 1 MiB 2, 4 MiB 4).
+// under the automatic rule: one worker, the k >= 1 that minimises x/k + k
+// for x = shard bytes / kMinChunkBytes (≈ sqrt(x); 1 MiB 4, 4 MiB 8,
+// 16 MiB 16); more workers, 1 (chunks of ps.chunk_bytes).
 int64_t auto_shard_chunks(int64_t shard_floats, int workers = 1);
 // Floats per chunk of a shard of `shard_floats` floats: ps.chunk_bytes, or
 // less so that the shard streams as `shard_chunks` chunks (ps.shard_chunks;

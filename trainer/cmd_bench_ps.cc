@@ -8,8 +8,8 @@
 // 0..S-1 serve and the N = W - S others work. For every size b, b·f, … ≤ e
 // bytes (M = size/4 floats): a fresh bsp job of S dedicated shards (launch_ps;
 // M split evenly, each shard streamed in chunks of at most ps.chunk_bytes,
-// as many as ps.shard_chunks chooses (0, the default: from the shard size
-// and N, about sqrt(shard bytes / (N · 64 KiB)); ps/sharding.h); plain SGD
+// as many as ps.shard_chunks chooses (0, the default: for N = 1 about
+// sqrt(shard bytes / 64 KiB), for N > 1 one when smaller; ps/sharding.h); plain SGD
 // unless --set optimizer.*), and beside it S echo servers (ps/raw_echo.h) on
 // the same ranks, sent the same messages.
 // Each worker makes w warm-up calls of each, then n timed calls of each in
@@ -240,7 +240,7 @@ int cmd_bench_ps(CliContext& ctx) {
         W, opt.type.c_str(), opt.lr, opt.momentum, format_bytes(po.chunk_bytes).c_str(),
         format_bytes(ps::kMinChunkBytes).c_str(),
         po.shard_chunks == ps::kAutoShardChunks
-            ? "about sqrt(shard bytes / (workers * 64 KiB))"
+            ? "automatic: one worker about sqrt(shard bytes / 64 KiB), more 1 when smaller"
             : (std::to_string(po.shard_chunks) + " when smaller").c_str());
     std::printf(
         "# iters %d in %d rounds, warmup %d; time = median over rounds of the max over "

@@ -100,21 +100,20 @@ TEST(ChunkSize, ASmallerShardStreamsInShardChunksPiecesButNoneBelowTheFloor) {
   EXPECT_THROW(chunk_floats_for(1 << 20, kMiB, -1), ConfigError);
 }
 
-// The automatic count minimises t(k) = c·B/k + N·k·o, i.e. x/k + k with
-// x = B / (N·B0) (docs/theory.md, "PS chunking"): checked against a search
-// over every k in double precision.
+// The automatic count for one worker minimises t(k) = c·B/k + k·o, i.e.
+// x/k + k with x = B / B0 (docs/theory.md, "PS chunking"): checked against
+// a search over every k in double precision. More workers: one chunk.
 TEST(ChunkSize, AutomaticCountMinimisesTheCostModel) {
-  for (const int workers : {1, 2, 3, 4, 16})
-    for (int64_t bytes = 0; bytes <= (int64_t{256} << 20);
-         bytes += bytes < (1 << 20) ? 4096 : 262144) {
-      const double c_per_byte = 1.0, o = static_cast<double>(kMinChunkBytes);
-      auto t = [&](int64_t k) { return c_per_byte * bytes / k + workers * k * o; };
-      int64_t best = 1;
-      for (int64_t k = 2; k <= 1000; ++k)
-        if (t(k) < t(best) * (1 - 1e-12)) best = k;
-      EXPECT_EQ(auto_shard_chunks(bytes / 4, workers), best)
-          << bytes << " bytes, " << workers << " workers";
-    }
+  for (int64_t bytes = 0; bytes <= (int64_t{256} << 20);
+       bytes += bytes < (1 << 20) ? 4096 : 262144) {
+    const double c_per_byte = 1.0, o = static_cast<double>(kMinChunkBytes);
+    auto t = [&](int64_t k) { return c_per_byte * bytes / k + k * o; };
+    int64_t best = 1;
+    for (int64_t k = 2; k <= 1000; ++k)
+      if (t(k) < t(best) * (1 - 1e-12)) best = k;
+    EXPECT_EQ(auto_shard_chunks(bytes / 4), best) << bytes << " bytes";
+    for (const int workers : {2, 4, 16}) EXPECT_EQ(auto_shard_chunks(bytes / 4, workers), 1);
+  }
   EXPECT_THROW(auto_shard_chunks(1024, 0), Error);
 }
 
@@ -138,11 +137,10 @@ TEST(ChunkSize, AutomaticPlanOfAShard) {
   // A job's plan follows its largest shard: 4 MiB over 4 servers, 1 MiB each.
   const std::vector<KeyRange> plan = plan_shards(4 * kMiB, 4);
   EXPECT_EQ(plan_chunk_floats(1 << 20, kAuto, plan), kMiB / 4);
-  // More workers, fewer chunks: N = 4 takes 1 MiB in two, 256 KiB in one.
-  EXPECT_EQ(plan_chunk_floats(1 << 20, kAuto, plan, 4), kMiB / 2);
-  EXPECT_EQ(chunk_floats_for(1 << 20, kMiB / 4, kAuto, 4), kMiB / 4);
+  // More workers: one message per shard below ps.chunk_bytes, then ps.chunk_bytes.
+  EXPECT_EQ(plan_chunk_floats(1 << 20, kAuto, plan, 4), kMiB);
+  EXPECT_EQ(chunk_floats_for(1 << 20, kMiB / 4, kAuto, 2), kMiB / 4);
   EXPECT_EQ(chunk_floats_for(1 << 20, 4 * kMiB, kAuto, 4), kMiB);     // 4 MiB: four of 1 MiB
-  EXPECT_EQ(chunk_floats_for(1 << 20, kMiB, kAuto, 2), (kMiB + 2) / 3);  // N = 2, 1 MiB: three
   EXPECT_EQ(chunk_floats_for(1 << 20, kMiB, 4, 4), kMiB / 4);  // an explicit K ignores N
 }
 

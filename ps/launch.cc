@@ -75,7 +75,8 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
 
   const auto plan = plan_shards(static_cast<int64_t>(initial.size()), S,
                                 options.align_shards ? infos : std::span<const ParamInfo>{});
-  const int64_t chunk_floats = plan_chunk_floats(options.chunk_bytes, options.shard_chunks, plan);
+  const int64_t chunk_floats =
+      plan_chunk_floats(options.chunk_bytes, options.shard_chunks, plan, me.workers);
   const auto endpoints = exchange_endpoints(
       world,
       [&]() -> std::string {

@@ -40,7 +40,7 @@ struct PsOptions {
   std::string interface = "auto";  // see ps/address.h
   bool align_shards = false;
   int64_t chunk_bytes = 1 << 20;  // pipelining unit of a push_pull (ps.chunk_bytes)
-  int64_t shard_chunks = 1;       // chunks of a smaller shard (ps.shard_chunks, ps/sharding.h)
+  int64_t shard_chunks = 0;       // chunks per shard, 0 = auto (ps.shard_chunks, ps/sharding.h)
   double timeout_s = 60.0;
   OptimizerOptions optimizer;
   // Checkpoints and resume (bsp; ServerOptions, ClientOptions): the hook a

@@ -1,6 +1,7 @@
 #include "ps/sharding.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/errors.h"
 
@@ -39,9 +40,29 @@ int64_t chunk_floats_for(int64_t chunk_bytes) {
   return std::max<int64_t>(1, chunk_bytes / 4);
 }
 
-int64_t chunk_floats_for(int64_t chunk_bytes, int64_t shard_floats, int64_t shard_chunks) {
-  if (shard_chunks < 1)
-    throw ConfigError("ps.shard_chunks: must be at least 1, got " + std::to_string(shard_chunks));
+int64_t auto_shard_chunks(int64_t shard_floats, int workers) {
+  PSAR_CHECK(workers >= 1, "auto_shard_chunks: ", workers, " workers");
+  // With several workers the N·k messages cost more than the exposed tail
+  // they save (measured, docs/theory.md): one message per shard.
+  if (workers > 1) return 1;
+  // Exposed tail c·B/k plus message costs k·o, in units of o: x/k + k with
+  // x = B/B0 and B0 = o/c, the size whose update + copy-out costs as much as
+  // a message (docs/theory.md, "PS chunking"). k beats k + 1 while
+  // k(k + 1) < x, so the least k with k(k + 1) >= x is the best (ties: fewer
+  // messages); it is floor(sqrt(x)) or one more.
+  const double x = static_cast<double>(std::max<int64_t>(shard_floats, 0)) *
+                   static_cast<double>(sizeof(float)) / static_cast<double>(kMinChunkBytes);
+  auto k = std::max<int64_t>(1, static_cast<int64_t>(std::sqrt(x)));
+  while (static_cast<double>(k) * static_cast<double>(k + 1) < x) ++k;
+  return k;
+}
+
+int64_t chunk_floats_for(int64_t chunk_bytes, int64_t shard_floats, int64_t shard_chunks,
+                         int workers) {
+  if (shard_chunks < 0)
+    throw ConfigError("ps.shard_chunks: must be 0 (auto) or at least 1, got " +
+                      std::to_string(shard_chunks));
+  if (shard_chunks == kAutoShardChunks) shard_chunks = auto_shard_chunks(shard_floats, workers);
   const int64_t most = chunk_floats_for(chunk_bytes);
   const int64_t least = std::min(most, kMinChunkBytes / static_cast<int64_t>(sizeof(float)));
   const int64_t even = (std::max<int64_t>(shard_floats, 0) + shard_chunks - 1) / shard_chunks;
@@ -49,10 +70,10 @@ int64_t chunk_floats_for(int64_t chunk_bytes, int64_t shard_floats, int64_t shar
 }
 
 int64_t plan_chunk_floats(int64_t chunk_bytes, int64_t shard_chunks,
-                          std::span<const KeyRange> plan) {
+                          std::span<const KeyRange> plan, int workers) {
   int64_t largest = 0;
   for (const KeyRange& r : plan) largest = std::max(largest, r.size());
-  return chunk_floats_for(chunk_bytes, largest, shard_chunks);
+  return chunk_floats_for(chunk_bytes, largest, shard_chunks, workers);
 }
 
 std::vector<KeyRange> plan_shards(int64_t size, int shards, std::span<const ParamInfo> align_to) {

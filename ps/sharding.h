@@ -6,10 +6,18 @@
 // the unit of aggregation and of a message, so a large push streams as several
 // messages and the server updates and answers the first chunks while the later
 // ones are still on the wire (pipelining, as BytePS partitions large tensors).
-// A shard smaller than ps.shard_chunks chunks of ps.chunk_bytes is cut into
-// ps.shard_chunks smaller chunks (none below kMinChunkBytes), so that a
-// mid-size push_pull pipelines too instead of travelling as one message that
-// the server can only update once it has all of it (results/ps_bench/).
+// The chunk size follows the shard (ps.shard_chunks: 0, the default): with
+// one worker a shard of B bytes streams as k ≈ sqrt(B / B0) chunks (B0 =
+// kMinChunkBytes), each at most ps.chunk_bytes, so that a mid-size push_pull
+// pipelines too instead of travelling as one message that the server can
+// only update, and the worker only copy out, once all of it has arrived. k
+// balances the work left exposed after the last chunk arrives (update +
+// copy-out of one chunk, ∝ B/k) against the fixed cost of k messages (∝ k);
+// docs/theory.md, "PS chunking". With several workers the messages cost
+// more than they save (measured there), so a shard below ps.chunk_bytes
+// stays one message. A positive ps.shard_chunks K overrides it: a shard
+// smaller than K chunks of ps.chunk_bytes is cut into K chunks (none below
+// kMinChunkBytes; 1 = whole ps.chunk_bytes chunks).
 //
 // Balanced (default): shard s owns [s·M/S, (s+1)·M/S), so sizes differ by at
 // most one float and every server carries the same share of the traffic.
@@ -55,15 +63,23 @@ struct ShardLayout {
 int64_t chunk_floats_for(int64_t chunk_bytes);
 
 constexpr int64_t kMinChunkBytes = 64 << 10;  // below it a message's fixed cost dominates
+constexpr int64_t kAutoShardChunks = 0;        // ps.shard_chunks: chunk count from the shard size
+// Chunks of a shard of `shard_floats` floats pushed by `workers` workers
+// under the automatic rule: one worker, the k >= 1 that minimises x/k + k
+// for x = shard bytes / kMinChunkBytes (≈ sqrt(x); 1 MiB 4, 4 MiB 8,
+// 16 MiB 16); more workers, 1 (chunks of ps.chunk_bytes).
+int64_t auto_shard_chunks(int64_t shard_floats, int workers = 1);
 // Floats per chunk of a shard of `shard_floats` floats: ps.chunk_bytes, or
 // less so that the shard streams as `shard_chunks` chunks (ps.shard_chunks;
-// 1 = always ps.chunk_bytes), but never less than kMinChunkBytes (nor more
-// than ps.chunk_bytes). Throws ConfigError for shard_chunks < 1.
-int64_t chunk_floats_for(int64_t chunk_bytes, int64_t shard_floats, int64_t shard_chunks);
+// kAutoShardChunks = auto_shard_chunks for `workers`; 1 = always
+// ps.chunk_bytes), but never less than kMinChunkBytes (nor more than
+// ps.chunk_bytes). Throws ConfigError for shard_chunks < 0.
+int64_t chunk_floats_for(int64_t chunk_bytes, int64_t shard_floats, int64_t shard_chunks,
+                         int workers = 1);
 // The one chunk size of a job, the same on every server and worker:
-// chunk_floats_for its largest shard.
+// chunk_floats_for its largest shard and the job's `workers`.
 int64_t plan_chunk_floats(int64_t chunk_bytes, int64_t shard_chunks,
-                          std::span<const KeyRange> plan);
+                          std::span<const KeyRange> plan, int workers = 1);
 
 // `size` floats over `shards` servers; with `align_to` non-empty, boundaries
 // snap to tensor boundaries (offsets of align_to, which must tile [0, size)).

@@ -8,7 +8,8 @@
 // 0..S-1 serve and the N = W - S others work. For every size b, b·f, … ≤ e
 // bytes (M = size/4 floats): a fresh bsp job of S dedicated shards (launch_ps;
 // M split evenly, each shard streamed in chunks of at most ps.chunk_bytes,
-// ps.shard_chunks of them when it is smaller (ps/sharding.h); plain SGD
+// as many as ps.shard_chunks chooses (0, the default: for N = 1 about
+// sqrt(shard bytes / 64 KiB), for N > 1 one when smaller; ps/sharding.h); plain SGD
 // unless --set optimizer.*), and beside it S echo servers (ps/raw_echo.h) on
 // the same ranks, sent the same messages.
 // Each worker makes w warm-up calls of each, then n timed calls of each in
@@ -44,6 +45,7 @@
 #include "core/units.h"
 #include "ps/launch.h"
 #include "ps/raw_echo.h"
+#include "ps/sharding.h"
 #include "trainer/cli.h"
 #include "trainer/ps_sync.h"
 #include "trainer/schema.h"
@@ -168,7 +170,8 @@ Timing measure(Comm& world, const BenchOptions& o, const ps::PsOptions& po, int6
     std::vector<ps::ShardLayout> layouts;
     std::vector<ps::KeyRange> plan;
     for (const auto& a : me.shards) plan.push_back(a.range);
-    const int64_t chunk_floats = ps::plan_chunk_floats(po.chunk_bytes, po.shard_chunks, plan);
+    const int64_t chunk_floats =
+        ps::plan_chunk_floats(po.chunk_bytes, po.shard_chunks, plan, me.workers);
     for (const auto& a : me.shards) layouts.push_back({a.shard, a.range, chunk_floats});
     ps::EchoClient raw(endpoints, layouts, po.timeout_s);
     const std::vector<float> grads(static_cast<size_t>(count), 1e-3f);
@@ -232,16 +235,20 @@ int cmd_bench_ps(CliContext& ctx) {
   if (root) {
     std::printf(
         "# psar bench ps: %d ranks; bsp push_pull (optimizer %s, lr %g, momentum %g) "
-        "vs raw ZeroMQ echo of the same messages (chunks of at most %s, %lld per shard when "
-        "smaller, none below %s)\n",
+        "vs raw ZeroMQ echo of the same messages (chunks of at most %s, none below %s, "
+        "%s per shard)\n",
         W, opt.type.c_str(), opt.lr, opt.momentum, format_bytes(po.chunk_bytes).c_str(),
-        static_cast<long long>(po.shard_chunks), format_bytes(ps::kMinChunkBytes).c_str());
+        format_bytes(ps::kMinChunkBytes).c_str(),
+        po.shard_chunks == ps::kAutoShardChunks
+            ? "automatic: one worker about sqrt(shard bytes / 64 KiB), more 1 when smaller"
+            : (std::to_string(po.shard_chunks) + " when smaller").c_str());
     std::printf(
         "# iters %d in %d rounds, warmup %d; time = median over rounds of the max over "
         "workers; bw = 2*size/time\n#\n",
         o.iters, o.rounds, o.warmup);
-    std::printf("# %7s %7s %12s %12s %12s %10s %12s %10s %8s\n", "servers", "workers", "size",
-                "count", "ps(us)", "ps(GB/s)", "raw(us)", "raw(GB/s)", "raw/ps");
+    std::printf("# %7s %7s %12s %12s %6s %12s %10s %12s %10s %8s\n", "servers", "workers",
+                "size", "count", "chunks", "ps(us)", "ps(GB/s)", "raw(us)", "raw(GB/s)",
+                "raw/ps");
   }
   CsvWriter csv({"mode", "servers", "workers", "size", "time_us", "bandwidth", "raw_ratio"});
   // The columns of `psar bench allreduce --volume-csv`, so that one report
@@ -269,10 +276,19 @@ int cmd_bench_ps(CliContext& ctx) {
                         CsvWriter::num(static_cast<int64_t>(v.messages_total))});
       const double ps_bw = 2.0 * size / t.ps_s / 1e9, raw_bw = 2.0 * size / t.raw_s / 1e9;
       if (root) {
-        std::printf("  %7lld %7d %12lld %12lld %12.1f %10.3f %12.1f %10.3f %8.3f\n",
+        // Chunks of the largest shard, as launch_ps plans them.
+        const auto plan = ps::plan_shards(size / 4, static_cast<int>(S));
+        const ps::ShardLayout largest{0,
+                                      *std::max_element(plan.begin(), plan.end(),
+                                                        [](const auto& a, const auto& b) {
+                                                          return a.size() < b.size();
+                                                        }),
+                                      ps::plan_chunk_floats(po.chunk_bytes, po.shard_chunks,
+                                                            plan, N)};
+        std::printf("  %7lld %7d %12lld %12lld %6d %12.1f %10.3f %12.1f %10.3f %8.3f\n",
                     static_cast<long long>(S), N, static_cast<long long>(size),
-                    static_cast<long long>(size / 4), t.ps_s * 1e6, ps_bw, t.raw_s * 1e6, raw_bw,
-                    t.raw_s / t.ps_s);
+                    static_cast<long long>(size / 4), largest.chunks(), t.ps_s * 1e6, ps_bw,
+                    t.raw_s * 1e6, raw_bw, t.raw_s / t.ps_s);
         std::fflush(stdout);
         for (const auto& [mode, time, bw] :
              {std::tuple{"ps", t.ps_s, ps_bw}, std::tuple{"zmq_raw", t.raw_s, raw_bw}})

@@ -106,7 +106,7 @@ Schema build() {
   s.add({"ps.interface", T::kString, "auto", "where servers bind and what they advertise: auto (the address that reaches the other ranks' hosts), an interface name, an address, or * (bind all, advertise auto)"});
   s.add({"ps.align_shards", T::kBool, "false", "align shard boundaries to tensor boundaries"});
   s.add({"ps.chunk_bytes", T::kBytes, "1M", "pipelining unit: a push_pull streams each shard in messages of this size"});
-  s.add({"ps.shard_chunks", T::kInt, "1", "a shard smaller than this many chunks of ps.chunk_bytes streams in this many smaller ones (none below 64 KiB; 1 = off)"});
+  s.add({"ps.shard_chunks", T::kInt, "0", "chunks per shard: 0 = auto: one worker about sqrt(shard bytes / 64 KiB), more workers 1 (docs/theory.md); K >= 1: a shard smaller than K chunks of ps.chunk_bytes streams in K smaller ones (none below 64 KiB or above ps.chunk_bytes; 1 = whole ps.chunk_bytes chunks)"});
   s.add({"ps.timeout", T::kDuration, "60s", "deadline of every parameter-server wait"});
 
   // net: the emulated cluster network (off unless bandwidth is set)

@@ -97,7 +97,51 @@ TEST(ChunkSize, ASmallerShardStreamsInShardChunksPiecesButNoneBelowTheFloor) {
   EXPECT_EQ(chunk_floats_for(1 << 20, 0, 4), kFloor);
   EXPECT_EQ(chunk_floats_for(1 << 20, kMiB, 1), kMiB);             // 1: off
   EXPECT_EQ(chunk_floats_for(1024, kMiB, 4), 256);                 // never above ps.chunk_bytes
-  EXPECT_THROW(chunk_floats_for(1 << 20, kMiB, 0), ConfigError);
+  EXPECT_THROW(chunk_floats_for(1 << 20, kMiB, -1), ConfigError);
+}
+
+// The automatic count for one worker minimises t(k) = c·B/k + k·o, i.e.
+// x/k + k with x = B / B0 (docs/theory.md, "PS chunking"): checked against
+// a search over every k in double precision. More workers: one chunk.
+TEST(ChunkSize, AutomaticCountMinimisesTheCostModel) {
+  for (int64_t bytes = 0; bytes <= (int64_t{256} << 20);
+       bytes += bytes < (1 << 20) ? 4096 : 262144) {
+    const double c_per_byte = 1.0, o = static_cast<double>(kMinChunkBytes);
+    auto t = [&](int64_t k) { return c_per_byte * bytes / k + k * o; };
+    int64_t best = 1;
+    for (int64_t k = 2; k <= 1000; ++k)
+      if (t(k) < t(best) * (1 - 1e-12)) best = k;
+    EXPECT_EQ(auto_shard_chunks(bytes / 4), best) << bytes << " bytes";
+    for (const int workers : {2, 4, 16}) EXPECT_EQ(auto_shard_chunks(bytes / 4, workers), 1);
+  }
+  EXPECT_THROW(auto_shard_chunks(1024, 0), Error);
+}
+
+TEST(ChunkSize, AutomaticPlanOfAShard) {
+  constexpr int64_t kMiB = (1 << 20) / 4;  // floats
+  constexpr int64_t kAuto = kAutoShardChunks;
+  EXPECT_EQ(chunk_floats_for(1 << 20, kMiB / 16, kAuto), kMinChunkBytes / 4);  // 64 KiB: one
+  EXPECT_EQ(chunk_floats_for(1 << 20, kMiB / 8, kAuto), kMiB / 8);    // 128 KiB: one (a tie)
+  EXPECT_EQ(chunk_floats_for(1 << 20, kMiB / 4, kAuto), kMiB / 8);    // 256 KiB: two
+  EXPECT_EQ(chunk_floats_for(1 << 20, kMiB / 2, kAuto), (kMiB / 2 + 2) / 3);  // 512 KiB: three
+  EXPECT_EQ(chunk_floats_for(1 << 20, kMiB, kAuto), kMiB / 4);        // 1 MiB: four
+  EXPECT_EQ(chunk_floats_for(1 << 20, 4 * kMiB, kAuto), kMiB / 2);    // 4 MiB: eight
+  EXPECT_EQ(chunk_floats_for(1 << 20, 16 * kMiB, kAuto), kMiB);       // 16 MiB: sixteen
+  EXPECT_EQ(chunk_floats_for(1 << 20, 64 * kMiB, kAuto), kMiB);       // capped at ps.chunk_bytes
+  EXPECT_EQ(chunk_floats_for(256 << 10, kMiB, kAuto), kMiB / 4);      // smaller ps.chunk_bytes wins
+  // Every chunk but the last is full, and the count is the automatic one.
+  for (const int64_t floats : {kMiB / 4, 3 * kMiB / 4 + 5, kMiB, 6 * kMiB + 1}) {
+    const ShardLayout layout{0, {0, floats}, chunk_floats_for(1 << 20, floats, kAuto)};
+    EXPECT_EQ(layout.chunks(), auto_shard_chunks(floats)) << floats << " floats";
+  }
+  // A job's plan follows its largest shard: 4 MiB over 4 servers, 1 MiB each.
+  const std::vector<KeyRange> plan = plan_shards(4 * kMiB, 4);
+  EXPECT_EQ(plan_chunk_floats(1 << 20, kAuto, plan), kMiB / 4);
+  // More workers: one message per shard below ps.chunk_bytes, then ps.chunk_bytes.
+  EXPECT_EQ(plan_chunk_floats(1 << 20, kAuto, plan, 4), kMiB);
+  EXPECT_EQ(chunk_floats_for(1 << 20, kMiB / 4, kAuto, 2), kMiB / 4);
+  EXPECT_EQ(chunk_floats_for(1 << 20, 4 * kMiB, kAuto, 4), kMiB);     // 4 MiB: four of 1 MiB
+  EXPECT_EQ(chunk_floats_for(1 << 20, kMiB, 4, 4), kMiB / 4);  // an explicit K ignores N
 }
 
 TEST(ChunkSize, OneSizeForTheJobFromItsLargestShard) {

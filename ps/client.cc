@@ -82,6 +82,8 @@ Client::~Client() {
   if (broken_.empty()) teardown("closed");
 }
 
+double Client::reply_deadline_s() const { return options_.timeout_s + kServerDiagnosisGrace; }
+
 std::string Client::who() const { return "ps worker " + std::to_string(options_.worker); }
 
 void Client::push_pull(std::span<const float> grads, std::span<float> params) {
@@ -362,6 +364,7 @@ void Client::handle_reply(Shard& s, std::vector<zmq::message_t>& frames, size_t 
                   " bytes");
   if (bytes > 0) std::memcpy(params.data() + keys.begin, frames[1].data(), bytes);
   counters_.payload_bytes_in += static_cast<int64_t>(bytes);
+  if (on_params_) on_params_(keys);
 }
 
 void Client::fail_protocol(const std::string& what) {

@@ -83,6 +83,11 @@ double Nic::depart(size_t bytes, double now) {
   return egress_free_;
 }
 
+double Nic::egress_free() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return egress_free_;
+}
+
 double Nic::arrive(size_t bytes, double egress_end) {
   std::lock_guard<std::mutex> lock(mu_);
   const double transfer =

@@ -199,6 +199,19 @@ void Client::push_pull_range(KeyRange keys) {
   collect(options_.timeout_s, /*block=*/false);
 }
 
+void Client::wait_sent() {
+  PSAR_CHECK(round_.open && round_.type == wire::MSG_PUSH_PULL,
+             "ps client: wait_sent outside begin_push_pull/end_push_pull");
+  if (!options_.nic) return;
+  // One chunk may stay queued, so that the NIC does not idle while the
+  // caller wakes up to give the next range.
+  const double bandwidth = options_.nic->model().bandwidth;
+  const double chunk_s =
+      bandwidth > 0 ? static_cast<double>(options_.chunk_floats) * sizeof(float) / bandwidth : 0;
+  wait_until(options_.nic->egress_free() - chunk_s);
+  collect(options_.timeout_s, /*block=*/false);
+}
+
 void Client::end_push_pull() {
   PSAR_CHECK(round_.open && round_.type == wire::MSG_PUSH_PULL,
              "ps client: end_push_pull without begin_push_pull");

@@ -81,6 +81,12 @@ class Client {
   void begin_push_pull(std::span<const float> grads, std::span<float> params);
   void push_pull_range(KeyRange keys);
   void end_push_pull();
+  // Staged push_pull: blocks until at most one chunk of the requests sent
+  // so far is still queued on this worker's emulated NIC (at once without
+  // one), then takes the replies that arrived — so that the next range
+  // given waits behind one chunk at most (the layer-wise start's
+  // priorities, docs/overlap.md).
+  void wait_sent();
   // Called with each chunk's keys once its new parameters are copied into
   // `params` (any push_pull or pull), on the thread that took the reply: the
   // layer-wise start of the next forward (docs/overlap.md).

@@ -49,6 +49,10 @@ class GradientSync {
   // backend's deadline), or 0 for a backend without it.
   virtual double start_layerwise(std::function<void(int64_t, int64_t)> landed);
   virtual void complete() {}
+  // Layer-wise, on the communication thread: blocks until the ranges given
+  // so far have left this rank, so that the range chosen next by priority
+  // is not queued behind them.
+  virtual void wait_sent() {}
   // The optimizer this rank steps, for checkpoints; null when the optimizer
   // state lives elsewhere (the parameter server's shards save their own).
   virtual Optimizer* optimizer() { return nullptr; }

@@ -219,6 +219,31 @@ void OverlapSync::send_units(std::unique_lock<std::mutex>& lock) {
       cv_.wait_for(lock, std::chrono::milliseconds(10));
     }
   };
+  if (layerwise()) {
+    // The PS's pushes need no common order over the workers (each chunk's
+    // reply waits at its server for every worker's push, whatever came
+    // first): each rank hands over, one at a time, its final unit nearest
+    // the front of the model, once the previous one has left its NIC — so
+    // a front unit final later overtakes the rest of a large back bucket,
+    // without a negotiation per unit (ByteScheduler's priorities).
+    while (done_ < units_.size()) {
+      size_t k = units_.size();
+      launched([&] {
+        for (size_t j : by_begin_) {
+          if (!sent_[j] && missing_[j] == 0) {
+            k = j;
+            return true;
+          }
+        }
+        return false;
+      });
+      sync_unit(k, lock);
+      lock.unlock();
+      sync_.wait_sent();
+      lock.lock();
+    }
+    return;
+  }
   if (!options_.front_first || group_.size() == 1) {
     for (size_t k = 0; k < units_.size(); ++k) {
       launched([&] { return missing_[k] == 0; });

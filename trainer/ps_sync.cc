@@ -63,6 +63,10 @@ void PsSync::complete() {
   rank_.client->end_push_pull();
 }
 
+void PsSync::wait_sent() {
+  if (open_) rank_.client->wait_sent();
+}
+
 void PsSync::finish(std::span<float> params, std::span<float> grads) {
   ps::Client& client = *rank_.client;
   if (rank_.server_thread) rank_.server_thread->check();  // on the main thread only

@@ -33,6 +33,7 @@ class PsSync final : public GradientSync {
   // ZeroMQ still sends them.
   double start_layerwise(std::function<void(int64_t, int64_t)> landed) override;
   void complete() override;
+  void wait_sent() override;
   // Payload floats this worker pushed (sent) and pulled (received), in bytes.
   CommCounters counters() const override;
   const ps::PsCounters& client_counters() const { return rank_.client->counters(); }

@@ -10,7 +10,7 @@ other measurement shares the host meanwhile:
     flock /tmp/psar-measure.lock experiments/overlap.py
 
     experiments/overlap.py [EXPERIMENT.yaml] [--results DIR] [--only modes|buckets|timeline]
-                           [--quick] [--dry-run]
+                           [--backends A,B] [--name NAME] [--quick] [--dry-run]
 
 Writes into results/<experiment.name>/:
   runs/<point>_r<k>/  the run directory of every repeat (steps.csv, summary.csv, ...)
@@ -132,13 +132,13 @@ def ms(x):
     return round(1e3 * x, 2)
 
 
-def modes(exp, exp_path, out_root, binary, quick, dry_run):
+def modes(exp, exp_path, out_root, binary, quick, dry_run, backends=None):
     sweep = exp["experiment"]["sweep"]
     nets = sweep["networks"][:1] if quick else sweep["networks"]
     ranks_list = [2] if quick else sweep["ranks"]
     points = [((net.replace("@", "-"), f"n{n}", b, mode), n,
                network_sets(net) + point_sets(b, n, mode) + (["train.steps=8"] if quick else []))
-              for net in nets for n in ranks_list for b in sweep["backends"]
+              for net in nets for n in ranks_list for b in backends or sweep["backends"]
               for mode in sweep["modes"]]
     results, loads = measure(points, exp, exp_path, out_root, binary,
                              1 if quick else int(sweep["repeats"]), dry_run)
@@ -258,14 +258,18 @@ def main():
     ap.add_argument("--only", choices=["modes", "buckets", "timeline"], help="run one part")
     ap.add_argument("--quick", action="store_true", help="one repeat, 8 steps: a smoke test")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
+    ap.add_argument("--backends", help="modes: these backends (comma-separated) instead of the "
+                                       "experiment's")
+    ap.add_argument("--name", help="results folder name instead of experiment.name")
     args = ap.parse_args()
     exp = report.load(args.experiment, "overlap")
-    out_root = os.path.join(args.results, exp["experiment"]["name"])
+    out_root = os.path.join(args.results, args.name or exp["experiment"]["name"])
     os.makedirs(out_root, exist_ok=True)
     binary = None if args.dry_run else runner.psar_binary()
     before = runner.machine_state()
     if args.only in (None, "modes"):
-        modes(exp, args.experiment, out_root, binary, args.quick, args.dry_run)
+        modes(exp, args.experiment, out_root, binary, args.quick, args.dry_run,
+              args.backends.split(",") if args.backends else None)
     if args.only in (None, "buckets"):
         buckets(exp, args.experiment, out_root, binary, args.quick, args.dry_run)
     if args.only in (None, "timeline"):

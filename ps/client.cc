@@ -275,6 +275,10 @@ void Client::collect(double timeout_s, bool block) {
       throw TimeoutError(text);
     }
   }
+  // A staged push_pull's round stays open until end_push_pull, even when
+  // every reply has already arrived (the layer-wise start waits for its
+  // sends in between: wait_sent).
+  if (!block) return;
   round_.open = false;
   // Every shard answered, so ZeroMQ has written our payload frames; it lets go
   // of them right after. The caller may reuse `grads` only once it has.

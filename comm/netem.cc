@@ -131,6 +131,11 @@ double Nic::depart(size_t bytes, double now) {
   return s.egress_free;
 }
 
+double Nic::egress_free() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return egress_free_;
+}
+
 double Nic::arrive(size_t bytes, double egress_end) {
   const double transfer =
       model_.bandwidth > 0 ? static_cast<double>(bytes) / model_.bandwidth : 0.0;

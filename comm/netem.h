@@ -86,6 +86,8 @@ class Nic {
   // Ingress: when a message of `bytes` that left its sender at `egress_end`
   // is delivered here.
   double arrive(size_t bytes, double egress_end);
+  // When every message posted so far has left this NIC.
+  double egress_free();
 
  private:
   NetModel model_;

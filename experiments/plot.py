@@ -79,7 +79,7 @@ def plot_timeline(trace_path, out):
         sys.exit(f"plot.py: no spans in {trace_path}")
     colors = {"forward": "tab:blue", "backward": "tab:green", "backward_input": "tab:green",
               "backward_weight": "tab:olive", "send": "tab:orange", "recv": "tab:red",
-              "sync": "tab:purple", "optimizer": "tab:gray"}
+              "sync": "tab:purple", "optimizer": "tab:gray", "comm": "tab:cyan"}
     t0 = min(e["ts"] for e in spans)
     tracks = sorted({e["pid"] * 1000 + e.get("tid", 0) for e in spans})
     fig, ax = plt.subplots(figsize=(14, 0.5 + 0.45 * len(tracks)))

@@ -4,6 +4,7 @@ allreduce algorithms as the number of workers N grows, and SSP/ASP against
 BSP. Every point is one `psar train` under mpirun.
 
     experiments/ps_vs_allreduce.py [EXPERIMENT.yaml] [--results DIR] [--quick] [--dry-run]
+                                   [--set KEY=VALUE ...] [--networks A,B] [--name NAME]
 
 Writes into results/<experiment.name>/:
   <point>/          the run directory of every point (steps.csv, summary.csv, ...)
@@ -109,11 +110,11 @@ def param_count(run_dir):
     return int(rows[-1]["bytes_sent"]) // 4
 
 
-def scaling(exp, exp_path, out_root, binary, quick, dry_run):
+def scaling(exp, exp_path, out_root, binary, quick, dry_run, extra_sets=(), networks=None):
     sweep = exp["experiment"]["sweep"]
     workers = [1, 2] if quick else sweep["workers"]
     rows = []
-    for net_spec in sweep["networks"]:
+    for net_spec in networks or sweep["networks"]:
         net, net_sets = network(net_spec, exp)
         methods = [("ps", s) for s in sweep["ps_servers"]]
         methods += [(a, 0) for a in sweep["allreduce"] if not (a == "mpi" and net_sets)]
@@ -123,7 +124,7 @@ def scaling(exp, exp_path, out_root, binary, quick, dry_run):
             for method, S in points:
                 name = f"{method}{S if S else ''}_n{N}_net-{net.replace('@', '-')}"
                 ranks = N + S
-                sets = net_sets + [f"sync.backend={method}"]
+                sets = net_sets + [f"sync.backend={method}"] + list(extra_sets)
                 if method == "ps":
                     sets.append(f"ps.servers={S}")
                 if quick:
@@ -300,9 +301,14 @@ def main():
     ap.add_argument("--only", choices=["scaling", "consistency"], help="run one part")
     ap.add_argument("--replot", action="store_true",
                     help="redraw scaling.png from scaling.csv without running anything")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="scaling: a config override for every point (e.g. sync.overlap=true)")
+    ap.add_argument("--networks", help="scaling: these networks (comma-separated) instead of "
+                                       "the experiment's")
+    ap.add_argument("--name", help="results folder name instead of experiment.name")
     args = ap.parse_args()
     exp = report.load(args.experiment, "ps_vs_allreduce")
-    out_root = os.path.join(args.results, exp["experiment"]["name"])
+    out_root = os.path.join(args.results, args.name or exp["experiment"]["name"])
     os.makedirs(out_root, exist_ok=True)
     if args.replot:
         rows = read_csv(os.path.join(out_root, "scaling.csv"))
@@ -317,7 +323,8 @@ def main():
     binary = None if args.dry_run else runner.psar_binary()
     before = runner.machine_state()
     if args.only != "consistency":
-        scaling(exp, args.experiment, out_root, binary, args.quick, args.dry_run)
+        scaling(exp, args.experiment, out_root, binary, args.quick, args.dry_run, args.set,
+                args.networks.split(",") if args.networks else None)
     if args.only != "scaling":
         consistency(exp, args.experiment, out_root, binary, args.quick, args.dry_run)
     if not args.dry_run:

@@ -82,6 +82,8 @@ Client::~Client() {
   if (broken_.empty()) teardown("closed");
 }
 
+double Client::reply_deadline_s() const { return options_.timeout_s + kServerDiagnosisGrace; }
+
 std::string Client::who() const { return "ps worker " + std::to_string(options_.worker); }
 
 void Client::push_pull(std::span<const float> grads, std::span<float> params) {
@@ -197,6 +199,19 @@ void Client::push_pull_range(KeyRange keys) {
   collect(options_.timeout_s, /*block=*/false);
 }
 
+void Client::wait_sent() {
+  PSAR_CHECK(round_.open && round_.type == wire::MSG_PUSH_PULL,
+             "ps client: wait_sent outside begin_push_pull/end_push_pull");
+  if (!options_.nic) return;
+  // One chunk may stay queued, so that the NIC does not idle while the
+  // caller wakes up to give the next range.
+  const double bandwidth = options_.nic->model().bandwidth;
+  const double chunk_s =
+      bandwidth > 0 ? static_cast<double>(options_.chunk_floats) * sizeof(float) / bandwidth : 0;
+  wait_until(options_.nic->egress_free() - chunk_s);
+  collect(options_.timeout_s, /*block=*/false);
+}
+
 void Client::end_push_pull() {
   PSAR_CHECK(round_.open && round_.type == wire::MSG_PUSH_PULL,
              "ps client: end_push_pull without begin_push_pull");
@@ -260,6 +275,10 @@ void Client::collect(double timeout_s, bool block) {
       throw TimeoutError(text);
     }
   }
+  // A staged push_pull's round stays open until end_push_pull, even when
+  // every reply has already arrived (the layer-wise start waits for its
+  // sends in between: wait_sent).
+  if (!block) return;
   round_.open = false;
   // Every shard answered, so ZeroMQ has written our payload frames; it lets go
   // of them right after. The caller may reuse `grads` only once it has.
@@ -362,6 +381,7 @@ void Client::handle_reply(Shard& s, std::vector<zmq::message_t>& frames, size_t 
                   " bytes");
   if (bytes > 0) std::memcpy(params.data() + keys.begin, frames[1].data(), bytes);
   counters_.payload_bytes_in += static_cast<int64_t>(bytes);
+  if (on_params_) on_params_(keys);
 }
 
 void Client::fail_protocol(const std::string& what) {

@@ -17,6 +17,7 @@
 // buffers once the exception propagates — and refuses further calls.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -80,6 +81,16 @@ class Client {
   void begin_push_pull(std::span<const float> grads, std::span<float> params);
   void push_pull_range(KeyRange keys);
   void end_push_pull();
+  // Staged push_pull: blocks until at most one chunk of the requests sent
+  // so far is still queued on this worker's emulated NIC (at once without
+  // one), then takes the replies that arrived — so that the next range
+  // given waits behind one chunk at most (the layer-wise start's
+  // priorities, docs/overlap.md).
+  void wait_sent();
+  // Called with each chunk's keys once its new parameters are copied into
+  // `params` (any push_pull or pull), on the thread that took the reply: the
+  // layer-wise start of the next forward (docs/overlap.md).
+  void set_on_params(std::function<void(KeyRange)> on_params) { on_params_ = std::move(on_params); }
   // Goodbye to every shard, after clock() steps; waits for their acks.
   void close();
 
@@ -88,6 +99,8 @@ class Client {
   // Fewest updates any shard had applied at its last reply (staleness under ssp/asp).
   int64_t min_version() const { return min_version_; }
   const PsCounters& counters() const { return counters_; }
+  // How long a reply may take: ps.timeout + 1 s (the server's diagnosis first).
+  double reply_deadline_s() const;
 
  private:
   struct Shard {
@@ -152,6 +165,7 @@ class Client {
   OnTheWire<Reply> in_flight_;  // under emulation: replies not yet arrived
   std::string broken_;       // why the client is unusable; "" while healthy
   bool closed_ = false;
+  std::function<void(KeyRange)> on_params_;
 };
 
 }  // namespace psar::ps

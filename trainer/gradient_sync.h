@@ -40,6 +40,19 @@ class GradientSync {
   // slices of the arenas.
   virtual void sync_range(int64_t offset, std::span<float> params, std::span<float> grads);
   virtual void finish(std::span<float> params, std::span<float> grads);
+  // The parameter server's layer-wise start (docs/overlap.md). Once it is
+  // on, the communication thread ends each step itself — complete(), after
+  // its last sync_range — while the main thread goes on to the next forward:
+  // finish() no longer waits for the new parameters, and `landed` hears, on
+  // the communication thread, of each arena range [begin, end) whose next
+  // parameters are in place. Returns how long a wait for them may last (the
+  // backend's deadline), or 0 for a backend without it.
+  virtual double start_layerwise(std::function<void(int64_t, int64_t)> landed);
+  virtual void complete() {}
+  // Layer-wise, on the communication thread: blocks until the ranges given
+  // so far have left this rank, so that the range chosen next by priority
+  // is not queued behind them.
+  virtual void wait_sent() {}
   // The optimizer this rank steps, for checkpoints; null when the optimizer
   // state lives elsewhere (the parameter server's shards save their own).
   virtual Optimizer* optimizer() { return nullptr; }

@@ -20,6 +20,13 @@
 //                a large bucket of the last layers between its chunks.
 // Errors on the communication thread are rethrown by wait(); every wait has
 // the group's deadline.
+//
+// Layer-wise start (front_first with a backend that supports it: the
+// parameter server): wait() returns once every unit was handed to the
+// backend; the thread then completes the step (GradientSync::complete) while
+// the main thread starts the next forward, whose every layer waits in need()
+// for its own parameters to land, and wait_pulls() — before an evaluation, a
+// checkpoint and the end of training — for all of them.
 
 #include <condition_variable>
 #include <cstdint>
@@ -43,13 +50,18 @@ struct OverlapOptions {
   int64_t chunk_floats = 0;  // front_first's unit
 };
 
-// A span of the communication thread, on the host clock.
+// A span of the communication thread, on the host clock: its time in the
+// backend (a unit's sync_range, or complete()), or — `pull` — a unit's
+// parameters in flight under the layer-wise start, from its push to the
+// landing of its last float (for the trace; the thread does not wait on it).
 struct CommSpan {
   ArenaRange range;
   double start = 0, end = 0;
+  const char* name = "bucket";
+  bool pull = false;
 };
 
-class OverlapSync final : public pp::GradientSink {
+class OverlapSync final : public pp::GradientSink, public pp::ParamGate {
  public:
   // buckets: plan_buckets() of this rank's arena; group: the data-parallel
   // communicator the backend syncs over (front_first negotiates on it).
@@ -63,15 +75,34 @@ class OverlapSync final : public pp::GradientSink {
   void begin_step();
   // pp::GradientSink, main thread: arena floats [begin, end) are final.
   void ready(int chunk, int64_t begin, int64_t end) override;
-  // Blocks until every unit went through the backend; the thread's error
-  // if it failed. Returns the spans the thread spent in the backend.
+  // Blocks until every unit went through the backend (layer-wise: was handed
+  // to it); the thread's error if it failed. Returns the thread's spans
+  // since the last call.
   std::vector<CommSpan> wait();
+  // pp::ParamGate, main thread: layer-wise, blocks until arena floats
+  // [begin, end) hold the parameters of the last step's pull (deadline: the
+  // backend's); at once otherwise.
+  void need(int chunk, int64_t begin, int64_t end) override;
+  // Layer-wise: blocks until the step is complete, every parameter pulled;
+  // returns the thread's spans since wait(). At once otherwise.
+  std::vector<CommSpan> wait_pulls();
+  bool layerwise() const { return pull_timeout_s_ > 0; }
 
   const std::vector<ArenaRange>& units() const { return units_; }
 
  private:
   void loop();
-  void run_step(std::unique_lock<std::mutex>& lock);
+  void run_step(uint64_t round, std::unique_lock<std::mutex>& lock);
+  void send_units(std::unique_lock<std::mutex>& lock);
+  // Communication thread (the backend's `landed`): arena floats [begin, end) pulled.
+  void landed(int64_t begin, int64_t end);
+  // Calls f(k) for every unit overlapping arena floats [begin, end).
+  template <class F>
+  void for_units(int64_t begin, int64_t end, F f) const;
+  // Blocks until pred() (under mu_), or throws the thread's error or a
+  // TimeoutError naming `what` after `timeout_s`.
+  template <class Pred>
+  void block(std::unique_lock<std::mutex>& lock, double timeout_s, const char* what, Pred pred);
   void sync_unit(size_t k, std::unique_lock<std::mutex>& lock);
   // front_first: the unit every rank has launched and none sent, nearest the
   // front; -1 for none. Collective over the group.
@@ -87,10 +118,15 @@ class OverlapSync final : public pp::GradientSink {
 
   std::mutex mu_;
   std::condition_variable cv_;
+  double pull_timeout_s_ = 0;  // > 0: layer-wise start, waits for pulls this long
   std::vector<int64_t> missing_;  // floats still to be final, per unit
   std::vector<char> sent_;
+  std::vector<int64_t> unpulled_;  // layer-wise: floats not yet pulled, per unit
+  std::vector<double> pushed_at_;  // layer-wise: when each unit went to the backend
   size_t done_ = 0;
-  uint64_t round_ = 0, finished_round_ = 0;
+  // round_: steps begun; handed_round_: the last whose units all went to the
+  // backend; finished_round_: the last the thread completed.
+  uint64_t round_ = 0, handed_round_ = 0, finished_round_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
   std::vector<CommSpan> spans_;

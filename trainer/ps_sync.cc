@@ -32,10 +32,14 @@ void PsSync::step(std::span<float> params, std::span<float> grads) {
 
 void PsSync::sync_range(int64_t offset, std::span<float> params, std::span<float> grads) {
   ps::Client& client = *rank_.client;
+  const auto size = static_cast<size_t>(client.size());
+  if (layerwise_) {  // the next step's backward may write the arena before ZeroMQ sent it
+    std::copy(grads.begin(), grads.end(), pushed_.begin() + offset);
+    grads = std::span<float>(pushed_).subspan(static_cast<size_t>(offset), grads.size());
+  }
   if (!open_) {
     // The ranges are slices of the arenas (GradientSync::sync_range), so
     // the whole arenas start `offset` floats before them.
-    const auto size = static_cast<size_t>(client.size());
     client.begin_push_pull(std::span<const float>(grads.data() - offset, size),
                            std::span<float>(params.data() - offset, size));
     open_ = true;
@@ -43,9 +47,30 @@ void PsSync::sync_range(int64_t offset, std::span<float> params, std::span<float
   client.push_pull_range({offset, offset + static_cast<int64_t>(grads.size())});
 }
 
+double PsSync::start_layerwise(std::function<void(int64_t, int64_t)> landed) {
+  ps::Client& client = *rank_.client;
+  layerwise_ = true;
+  pushed_.assign(static_cast<size_t>(client.size()), 0.0f);
+  client.set_on_params([landed = std::move(landed)](ps::KeyRange keys) {
+    landed(keys.begin, keys.end);
+  });
+  return client.reply_deadline_s();
+}
+
+void PsSync::complete() {
+  PSAR_CHECK(layerwise_ && open_, "PsSync::complete outside a layer-wise step");
+  open_ = false;
+  rank_.client->end_push_pull();
+}
+
+void PsSync::wait_sent() {
+  if (open_) rank_.client->wait_sent();
+}
+
 void PsSync::finish(std::span<float> params, std::span<float> grads) {
   ps::Client& client = *rank_.client;
   if (rank_.server_thread) rank_.server_thread->check();  // on the main thread only
+  if (layerwise_) return;  // the communication thread completes the step (complete())
   if (!open_) {  // no range of this step went through sync_range
     client.begin_push_pull(grads, params);
     client.push_pull_range({0, client.size()});

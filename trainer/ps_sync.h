@@ -5,7 +5,9 @@
 // ps.servers, ps.colocated, ps.consistency (bsp | ssp | asp), ps.staleness,
 // ps.interface, ps.align_shards, ps.chunk_bytes, ps.shard_chunks, ps.timeout.
 
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "ps/launch.h"
 #include "trainer/gradient_sync.h"
@@ -25,6 +27,13 @@ class PsSync final : public GradientSync {
   bool overlaps() const override { return true; }
   void sync_range(int64_t offset, std::span<float> params, std::span<float> grads) override;
   void finish(std::span<float> params, std::span<float> grads) override;
+  // Layer-wise start (docs/overlap.md): complete() waits for the step's
+  // remaining replies on the communication thread; the pushes leave from a
+  // copy of the gradients, so that the next step may clear the arena while
+  // ZeroMQ still sends them.
+  double start_layerwise(std::function<void(int64_t, int64_t)> landed) override;
+  void complete() override;
+  void wait_sent() override;
   // Payload floats this worker pushed (sent) and pulled (received), in bytes.
   CommCounters counters() const override;
   const ps::PsCounters& client_counters() const { return rank_.client->counters(); }
@@ -34,6 +43,8 @@ class PsSync final : public GradientSync {
  private:
   ps::PsRank rank_;
   bool open_ = false;  // a staged push_pull of this step is under way
+  bool layerwise_ = false;
+  std::vector<float> pushed_;  // layer-wise: the step's gradients as pushed
 };
 
 // The `ps` section of a configuration, with the trainer's optimizer.

@@ -36,6 +36,8 @@ void GradientSync::finish(std::span<float>, std::span<float>) {
   throw ConfigError("sync.overlap: the " + name() + " backend does not overlap its sync");
 }
 
+double GradientSync::start_layerwise(std::function<void(int64_t, int64_t)>) { return 0; }
+
 std::span<const SyncEntry> sync_registry() { return entries(); }
 
 std::vector<std::string> sync_names() {

@@ -397,6 +397,10 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
         dp,
         OverlapOptions{config.get_string("sync.priority") == "front_first",
                        floats("sync.priority_chunk_bytes")});
+    // The layer-wise start hands the whole step to the communication thread:
+    // no range may be left for the main thread (the PS has no pipeline, so no ties).
+    PSAR_CHECK(!overlap->layerwise() || tied.empty(),
+               "the layer-wise start of ", sync.name(), " with tied parameters");
   }
   const bool holds_loss = layout.stage == layout.stages - 1 && grid->coord().tp == 0;
   result.workers = d;
@@ -414,7 +418,9 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   pp::StageExecutor executor(schedule, pipeline, *model,
                              {.tracer = &tracer,
                               .scatter_gather = par.scatter_gather ? &grid->tp() : nullptr,
-                              .gradient_sink = overlap.get()});
+                              .gradient_sink = overlap.get(),
+                              .param_gate = overlap && overlap->layerwise() ? overlap.get()
+                                                                            : nullptr});
   PipelineMeter meter(schedule, layout.stage);
   const RunEnd run_end{options.out_dir, sync.name(), network.describe()};
   progress.end = run_end;
@@ -459,6 +465,18 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
                     dir.c_str());
     }
   };
+  // The communication thread's spans on track 1 of this rank; layer-wise,
+  // the pulls in flight on track 2. Returns the thread's time in the backend.
+  auto trace_comm = [&](const std::vector<CommSpan>& spans) {
+    double busy = 0;
+    for (const CommSpan& c : spans) {
+      if (!c.pull) busy += c.end - c.start;
+      if (tracer.enabled())
+        tracer.span(c.name, "comm", c.start, c.end, /*tid=*/c.pull ? 2 : 1,
+                    concat("{\"floats\":", c.range.size(), ",\"begin\":", c.range.begin, "}"));
+    }
+    return busy;
+  };
   for (; step < plan.total_steps; ++step) {
     progress.steps_done = step;
     const Stopwatch step_clock;
@@ -491,12 +509,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
         reduce_tied_gradients(store, tied, layout, pipeline, tied_scratch);
         sync.step(store.params(), store.grads());
       } else {
-        for (const CommSpan& c : overlap->wait()) {
-          sync_s += c.end - c.start;
-          if (tracer.enabled())
-            tracer.span("bucket", "comm", c.start, c.end, /*tid=*/1,
-                        concat("{\"floats\":", c.range.size(), "}"));
-        }
+        sync_s += trace_comm(overlap->wait());
         reduce_tied_gradients(store, tied, layout, pipeline, tied_scratch);
         for (const TiedParam& k : tied) {
           const ParamInfo& info = store.infos()[static_cast<size_t>(k.param)];
@@ -508,6 +521,8 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
       }
       share_tied_params(store, tied, layout, pipeline);
     }
+    // Layer-wise, the forward's waits for its layers' parameters are exposed sync too.
+    exposed_s += run.param_wait_s;
     sync_s += exposed_s;
     if (layout.stages > 1)
       meter.add(run, plan.total_steps == 1 || step > std::max<int64_t>(first_step, 0));
@@ -552,7 +567,14 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
                        std::max<int64_t>(first_step, 0));
       if (last) result.final_loss = mean_loss;
     }
-    if (model->evaluates() && plan.eval_after(step + 1)) {
+    const bool checkpoints =
+        checkpoint_every > 0 && (step + 1) % checkpoint_every == 0 && !options.out_dir.empty();
+    const bool evaluates = model->evaluates() && plan.eval_after(step + 1);
+    // An evaluation, a checkpoint and the end of training read every parameter.
+    // (Layer-wise, the thread's spans of the last step's end come with the
+    // next step's wait(), or here.)
+    if (overlap && (evaluates || checkpoints || last)) trace_comm(overlap->wait_pulls());
+    if (evaluates) {
       const EvalStats s = evaluate(*model, layout, *data.test, *grid, workers);
       result.test_accuracy = s.count ? static_cast<double>(s.correct) / s.count : 0.0;
       result.test_loss = s.count ? s.loss_sum / s.count : 0.0;
@@ -560,8 +582,6 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
                    result.test_loss, result.test_accuracy);
       if (lead && options.verbose) print_eval(step + 1, result.test_loss, result.test_accuracy);
     }
-    const bool checkpoints =
-        checkpoint_every > 0 && (step + 1) % checkpoint_every == 0 && !options.out_dir.empty();
     // Rows reach the disk every log interval, and before a checkpoint claims their step.
     if (logs || checkpoints) log.flush();
     if (checkpoints) write_checkpoint(step + 1);

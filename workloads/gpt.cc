@@ -167,6 +167,13 @@ void Gpt::params_ready(int chunk, std::pair<int, int> range) {
   gradient_ready(chunk, infos[static_cast<size_t>(range.first)].offset, last.offset + last.numel);
 }
 
+void Gpt::params_read(int chunk, std::pair<int, int> range) {
+  if (range.first == range.second) return;
+  const auto& infos = store_->infos();
+  const ParamInfo& last = infos[static_cast<size_t>(range.second - 1)];
+  params_needed(chunk, infos[static_cast<size_t>(range.first)].offset, last.offset + last.numel);
+}
+
 void Gpt::bind(ParamStore& store) {
   store_ = &store;
   params_->initialize(store, o_.seed);  // shards take the serial model's values
@@ -259,6 +266,7 @@ void Gpt::run_forward(int chunk, Stash& s, const int32_t* tokens, const float* x
   s.blocks.resize(n);
 
   if (ch.front) {  // x_0 = wte[token] + wpe[position], then dropout
+    params_read(chunk, ch.front_params);
     const float* wte = store_->param(wte_).data();
     const float* wpe = store_->param(wpe_).data();
     for (int64_t k = 0; k < N; ++k) {
@@ -276,6 +284,7 @@ void Gpt::run_forward(int chunk, Stash& s, const int32_t* tokens, const float* x
   for (size_t j = 0; j < n; ++j) {
     Block& b = *blocks_[static_cast<size_t>(block_index_[static_cast<size_t>(ch.first) + j])];
     BlockStash& a = s.blocks[j];
+    params_read(chunk, b.params);
     for (auto* v : {&a.ln1, &a.attn_out, &a.mid, &a.ln2, &a.mlp_out, &a.dln2, &a.dln1})
       v->resize(Nd);
     for (auto* v : {&a.mean1, &a.rstd1, &a.mean2, &a.rstd2}) v->resize(static_cast<size_t>(N));
@@ -290,6 +299,7 @@ void Gpt::run_forward(int chunk, Stash& s, const int32_t* tokens, const float* x
   }
 
   if (ch.back) {  // logits = LN_f(x)·wteᵀ, the head tied to the token embedding
+    params_read(chunk, ch.back_params);
     for (auto* v : {&s.xf, &s.dxf}) v->resize(Nd);
     for (auto* v : {&s.lnf_mean, &s.lnf_rstd}) v->resize(static_cast<size_t>(N));
     for (auto* v : {&s.logits, &s.dlogits}) v->resize(static_cast<size_t>(N * V));

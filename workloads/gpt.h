@@ -107,6 +107,8 @@ class Gpt final : public Model {
   };
   // Reports store indices [begin, end) of `chunk` as done (gradient_ready).
   void params_ready(int chunk, std::pair<int, int> range);
+  // Asks for store indices [begin, end) of `chunk` before the forward reads them (params_needed).
+  void params_read(int chunk, std::pair<int, int> range);
   // The backward's pieces (gpt.cc).
   void head_input(Stash& s, int64_t N);
   void head_weight(int chunk, const Stash& s, int64_t N);

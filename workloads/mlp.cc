@@ -110,6 +110,9 @@ void Mlp::run_layers(int chunk, const float* x, int64_t rows, std::vector<Tensor
   const auto& layers = chunks_[static_cast<size_t>(chunk)];
   for (size_t j = 0; j < layers.size(); ++j) {
     const Layer& L = layers[j];
+    const ParamInfo& w = store_->infos()[static_cast<size_t>(L.weight)];
+    const ParamInfo& bias = store_->infos()[static_cast<size_t>(L.bias)];
+    params_needed(chunk, w.offset, bias.offset + bias.numel);
     // z = h·W + b: [rows, out]; the classifier writes its logits straight into act.
     float* z = L.classifier ? act[j].data() : pre[j].data();
     ops::linear_forward(z, h, store_->param(L.weight).data(), store_->param(L.bias).data(), rows,

@@ -149,6 +149,16 @@ SCHEMAS = {
             "consistency": {"workers": Int, "servers": Int, "models": [Str], "steps": Int}}},
         "...": Any,
     },
+    # experiments/overlap.py: a `psar train` config with the modes sweep and
+    # the bucket-size sweep.
+    "overlap": {
+        "experiment": {"name": Str, "description": Optional(Str), "sweep": {
+            "networks": [Str], "ranks": [Int], "backends": [Str], "modes": [Str],
+            "repeats": Int, "skip_steps": Optional(Int, 5),
+            "buckets": {"network": Str, "ranks": Int, "priority": Str, "sizes": [Str],
+                        "backends": [Str]}}},
+        "...": Any,
+    },
 }
 
 

@@ -105,10 +105,25 @@ StageExecutor::StageExecutor(Schedule schedule, Comm& pipeline, StageModel& mode
   for (int k : last)
     if (k >= 0) last_weight_action_[static_cast<size_t>(k)] = 1;
   if (options_.gradient_sink) model_.set_gradient_sink(this);
+  if (options_.param_gate) model_.set_param_gate(this);
 }
 
 void StageExecutor::ready(int chunk, int64_t begin, int64_t end) {
   if (chunk == armed_chunk_) options_.gradient_sink->ready(chunk, begin, end);
+}
+
+void StageExecutor::need(int chunk, int64_t begin, int64_t end) {
+  const double t0 = now_seconds();
+  options_.param_gate->need(chunk, begin, end);
+  if (!running_) return;  // an evaluation's forward, outside run()
+  const double t1 = now_seconds();
+  running_->param_wait_s += t1 - t0;
+  // A span on the compute track: where the forward of a layer waited for its
+  // parameters, and (its end) when that layer's forward began.
+  if (options_.tracer && options_.tracer->enabled())
+    options_.tracer->span("params", "sync", t0, t1, 0,
+                          concat("{\"chunk\":", chunk, ",\"begin\":", begin, ",\"end\":", end,
+                                 "}"));
 }
 
 std::vector<float>& StageExecutor::buffer(const Transfer& t) {
@@ -168,6 +183,11 @@ StageRun StageExecutor::run() {
              " stashed activations");
   StageRun out;
   out.spans.reserve(program_.size());
+  running_ = &out;
+  struct Done {
+    StageRun*& running;
+    ~Done() { running = nullptr; }
+  } done{running_};
 
   // 1. Every receive of the batch, posted at once.
   std::vector<Request> receives(program_.size());
@@ -205,7 +225,7 @@ StageRun StageExecutor::run() {
     std::span<float> y;
     if (step.output) y = buffer(*step.output);
 
-    const double start = now_seconds();
+    const double start = now_seconds(), waited = out.param_wait_s;
     auto& slot = live_[static_cast<size_t>(a.chunk * schedule_.microbatches + a.microbatch)];
     if (a.op != Op::kForward)
       PSAR_CHECK(slot, "stage ", stage_, ": ", op_name(a.op), " of micro-batch ", a.microbatch,
@@ -228,7 +248,7 @@ StageRun StageExecutor::run() {
     armed_chunk_ = -1;
     const double end = now_seconds();
     out.spans.push_back({a, start, end});
-    out.compute_s += end - start;
+    out.compute_s += end - start - (out.param_wait_s - waited);
     // The stash after the action, before a finished micro-batch is freed.
     int64_t live_bytes = 0;
     for (const auto& stash : live_)

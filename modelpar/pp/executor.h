@@ -73,6 +73,9 @@ struct ExecutorOptions {
   // Told which parameters' gradients are final for the batch, layer by layer,
   // during each chunk's last weight-gradient action (stage_model.h); null: no one.
   GradientSink* gradient_sink = nullptr;
+  // Asked, before each layer's forward, for that layer's parameters
+  // (stage_model.h); the wait is timed apart from the compute. Null: no one.
+  ParamGate* param_gate = nullptr;
 };
 
 // One batch on one stage, as measured.
@@ -80,7 +83,8 @@ struct StageRun {
   std::vector<ActionSpan> spans;  // every action in schedule order, now_seconds() times
   double start = 0;               // first action's start
   double end = 0;                 // last action's end
-  double compute_s = 0;           // Σ action durations
+  double compute_s = 0;           // Σ action durations, less param_wait_s
+  double param_wait_s = 0;        // forwards waiting for their layers' parameters (param_gate)
   double recv_wait_s = 0;         // blocked waiting for inputs
   double send_s = 0;              // posting sends, and waiting for them at the end
   double gather_s = 0;            // scatter/gather's all-gathers of received slices
@@ -89,7 +93,7 @@ struct StageRun {
   int64_t peak_activation_bytes = 0;  // and the bytes their Activations held
 };
 
-class StageExecutor : private GradientSink {
+class StageExecutor : private GradientSink, private ParamGate {
  public:
   // `pipeline`: the p ranks of one pipeline, rank = stage. Throws ConfigError
   // for an invalid schedule or one whose stage count is not the group's size.
@@ -111,6 +115,8 @@ class StageExecutor : private GradientSink {
   // GradientSink: the model's reports, passed on during a chunk's last
   // weight-gradient action of the batch (armed_chunk_).
   void ready(int chunk, int64_t begin, int64_t end) override;
+  // ParamGate: the model's requests, passed on and timed (param_wait_s).
+  void need(int chunk, int64_t begin, int64_t end) override;
   // The stash of (chunk, micro-batch): taken at its forward, freed after its
   // last backward action.
   pp::Activations& take(int chunk, int microbatch);
@@ -131,6 +137,7 @@ class StageExecutor : private GradientSink {
   int live_count_ = 0;
   std::vector<char> last_weight_action_;  // [k] program_[k] is its chunk's last W of the batch
   int armed_chunk_ = -1;
+  StageRun* running_ = nullptr;  // the run in progress, for need()'s timing
 };
 
 // Floats a transfer carries: the boundary between its two virtual stages.

@@ -53,6 +53,17 @@ class GradientSink {
   virtual void ready(int chunk, int64_t begin, int64_t end) = 0;
 };
 
+// Where a model asks, before a layer's forward, for the parameters in arena
+// floats [begin, end) of `chunk` to be in place — one call per layer, in the
+// order the forward reads them. With the parameter server's layer-wise start
+// (docs/overlap.md) the next step's forward of a layer waits there for that
+// layer's pull alone, not for the whole model's.
+class ParamGate {
+ public:
+  virtual ~ParamGate() = default;
+  virtual void need(int chunk, int64_t begin, int64_t end) = 0;
+};
+
 // One micro-batch's stash on one chunk.
 class Activations {
  public:
@@ -87,6 +98,8 @@ class StageModel {
 
   // Where the weight-gradient actions report finished layers (null: nowhere).
   void set_gradient_sink(GradientSink* sink) { gradient_sink_ = sink; }
+  // Where the forward asks for each layer's parameters (null: they are always in place).
+  void set_param_gate(ParamGate* gate) { param_gate_ = gate; }
 
   // Predicted bytes of one micro-batch's Activations on `chunk` after its
   // forward, from the layer shapes: what the executor's measured peak is
@@ -98,9 +111,14 @@ class StageModel {
   void gradient_ready(int chunk, int64_t begin, int64_t end) {
     if (gradient_sink_) gradient_sink_->ready(chunk, begin, end);
   }
+  // For the forward: arena floats [begin, end) of `chunk` are read next.
+  void params_needed(int chunk, int64_t begin, int64_t end) {
+    if (param_gate_ && begin < end) param_gate_->need(chunk, begin, end);
+  }
 
  private:
   GradientSink* gradient_sink_ = nullptr;
+  ParamGate* param_gate_ = nullptr;
 };
 
 }  // namespace psar::pp

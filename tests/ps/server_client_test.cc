@@ -210,6 +210,39 @@ TEST(Client, AStagedPushPullRefusesKeysGivenTwiceOrAnEndBeforeEveryKey) {
   }
 }
 
+// The layer-wise start (docs/overlap.md): every reply may land before
+// end_push_pull — here taken by wait_sent on an emulated NIC — and the step
+// still ends normally; on_params hears of every key once.
+TEST(Client, AStagedPushPullWhoseRepliesAllLandedBeforeItsEndStillEnds) {
+  constexpr int64_t kSize = 1000;
+  const auto init = initial_params(kSize);
+  LocalJob job(init, 2, 1);
+  ClientOptions options = job.client(0);
+  options.nic = std::make_shared<Nic>(NetModel{1.25e9, 0.0});
+  Client client(options);
+  int64_t landed = 0;
+  client.set_on_params([&](KeyRange keys) { landed += keys.size(); });
+  std::vector<float> params = init;
+  for (int64_t t = 0; t < 2; ++t) {
+    const auto grads = make_grad(0, t, kSize);
+    client.begin_push_pull(grads, params);
+    client.push_pull_range({0, kSize});
+    const double deadline = now_seconds() + 10;
+    while (landed < (t + 1) * kSize && now_seconds() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      client.wait_sent();  // takes the replies that arrived
+    }
+    EXPECT_EQ(landed, (t + 1) * kSize) << "step " << t << ": every reply before the end";
+    client.wait_sent();  // once more, with nothing left to take
+    client.end_push_pull();
+    EXPECT_EQ(client.clock(), t + 1);
+  }
+  client.close();
+  job.join();
+  EXPECT_EQ(params, job.params());
+  EXPECT_LT(relative_error(params, reference_bsp(init, 1, 2, testing::sgd())), 1e-6);
+}
+
 // launch_ps over the in-process transport: endpoints and the token travel
 // through the communicator, in both layouts.
 struct LaunchCase {

@@ -10,7 +10,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <regex>
+#include <sstream>
+#include <unistd.h>
 
 #include "allreduce/allreducer.h"
 #include "comm/inproc_comm.h"
@@ -74,16 +80,21 @@ TEST(BucketPlan, ChunksCutEachBucketKeepingTheOrder) {
 
 // ---- training -------------------------------------------------------------------
 
-std::vector<float> train_ranks(int ranks, const Config& cfg) {
-  std::vector<float> first;
+// Rank 0's result; every rank's parameters bitwise identical to it.
+TrainResult train_result(int ranks, const Config& cfg, const std::string& out = "") {
+  TrainResult first;
   std::mutex mu;
   run_inproc(ranks, [&](Comm& c) {
-    TrainResult r = train(c, cfg);
+    TrainResult r = train(c, cfg, TrainOptions{out});
     std::lock_guard<std::mutex> lock(mu);
-    if (first.empty()) first = r.params;
-    else EXPECT_EQ(r.params, first) << "rank " << c.rank() << ": not bitwise identical";
+    if (first.params.empty()) first = r;
+    else EXPECT_EQ(r.params, first.params) << "rank " << c.rank() << ": not bitwise identical";
   });
   return first;
+}
+
+std::vector<float> train_ranks(int ranks, const Config& cfg) {
+  return train_result(ranks, cfg).params;
 }
 
 struct OverlapCase {
@@ -153,15 +164,36 @@ TEST(Overlap3d, A222RunWithItsTiedEmbeddingEqualsTheNonOverlappedRun) {
 // ranks, chunks of 1 KiB so that a bucket's chunks go out while the backward
 // computes the next bucket, and ranges that cut chunks (priority chunks of 1 KiB
 // against buckets of 4 KiB and shards that do not start on a chunk boundary).
+// Under BSP the servers apply the same sums whenever the chunks arrive, so the
+// overlapped run — with front_first, the layer-wise start of each forward —
+// is bitwise identical to the plain one; so is a test evaluation between steps.
 TEST(OverlapPs, CoLocatedShardsEqualTheNonOverlappedRunForBothPriorities) {
   ops::set_blas_threads(1);
   const std::vector<std::string> ps = {"sync.backend=ps", "ps.colocated=true", "ps.servers=3",
-                                       "ps.chunk_bytes=1K", "ps.timeout=20s"};
+                                       "ps.chunk_bytes=1K", "ps.timeout=20s",
+                                       "train.eval_every=7"};
+  const TrainResult want = train_result(4, testing::overlap_mlp_config(ps));
   for (const char* priority : {"fifo", "front_first"}) {
     auto sets = ps;
     for (const auto& s : overlap_sets({"ps", priority}, "4K")) sets.push_back(s);
-    expect_equal_to_plain(4, testing::overlap_mlp_config(ps), testing::overlap_mlp_config(sets));
+    const TrainResult got = train_result(4, testing::overlap_mlp_config(sets));
+    EXPECT_EQ(got.params, want.params) << priority;
+    EXPECT_EQ(got.test_loss, want.test_loss) << priority;
+    EXPECT_GE(got.test_loss, 0) << "evaluated";
   }
+}
+
+// The layer-wise start on the GPT: the embedding, each block and the head
+// each wait for their own parameters.
+TEST(OverlapPs, GptLayerWiseStartIsBitwiseTheNonOverlappedRun) {
+  ops::set_blas_threads(1);
+  const testing::Grid3d dp{1, 1, 2};
+  const std::vector<std::string> ps = {"sync.backend=ps", "ps.colocated=true", "ps.servers=2",
+                                       "ps.chunk_bytes=4K", "ps.timeout=20s", "train.steps=8"};
+  auto sets = ps;
+  for (const auto& s : overlap_sets({"ps", "front_first"}, "16K")) sets.push_back(s);
+  EXPECT_EQ(train_ranks(2, testing::gpt_3d_config(dp, sets)),
+            train_ranks(2, testing::gpt_3d_config(dp, ps)));
 }
 
 TEST(OverlapPs, ShardChunksAndABucketPerTensorEqualTheNonOverlappedRun) {
@@ -171,6 +203,83 @@ TEST(OverlapPs, ShardChunksAndABucketPerTensorEqualTheNonOverlappedRun) {
   auto sets = ps;
   for (const auto& s : overlap_sets({"ps", "fifo"}, "1K")) sets.push_back(s);
   expect_equal_to_plain(2, testing::overlap_mlp_config(ps), testing::overlap_mlp_config(sets));
+}
+
+// ---- the layer-wise start, in the trace -----------------------------------------
+
+struct TraceSpan {
+  std::string name;
+  int tid = 0;
+  double start = 0, end = 0;  // µs
+  int64_t begin = -1;         // args.begin: the first arena float
+};
+
+// Rank 0's complete events of a trace.json written by the trainer (one event a line).
+std::vector<TraceSpan> rank0_spans(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  const std::regex event(R"re("name":"([^"]+)","cat":"[^"]+","pid":0,"tid":(\d+),"ts":([-0-9.]+),"dur":([0-9.]+)(.*))re");
+  const std::regex begin(R"re("begin":(\d+))re");
+  std::vector<TraceSpan> out;
+  std::smatch m, b;
+  for (std::string line; std::getline(in, line);) {
+    if (!std::regex_search(line, m, event)) continue;
+    TraceSpan t{m[1], std::stoi(m[2]), std::stod(m[3]), std::stod(m[3]) + std::stod(m[4])};
+    const std::string rest = m[5];
+    if (std::regex_search(rest, b, begin)) t.begin = std::stoll(b[1]);
+    out.push_back(t);
+  }
+  return out;
+}
+
+// A last layer much larger than the first, on an emulated network slow
+// enough that its chunks are still on the wire when the backward has reached
+// layer 0: front_first sends layer 0's chunk between them, and the next
+// forward of layer 0 starts once that chunk is back, while the last layer's
+// parameters are still coming.
+TEST(OverlapPs, TraceShowsTheFrontLayerPulledFirstAndTheNextForwardStartingBeforeTheLast) {
+  ops::set_blas_threads(1);
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("psar_overlap_trace_" + std::to_string(::getpid()));
+  const Config cfg = testing::overlap_mlp_config(
+      {"model.hidden=[8, 256]", "data.synthetic_classes=200", "train.steps=4",
+       "train.trace=true", "sync.backend=ps", "ps.colocated=true", "ps.servers=2",
+       "ps.chunk_bytes=16K", "ps.timeout=20s", "sync.overlap=true", "sync.priority=front_first",
+       "sync.bucket_bytes=64K", "sync.priority_chunk_bytes=16K", "net.bandwidth=20Mbit",
+       "net.latency=50us"});
+  train_result(2, cfg, dir.string());
+  const std::vector<TraceSpan> spans = rank0_spans(dir / "trace.json");
+  std::filesystem::remove_all(dir);
+
+  // The pulls of one step: one span per unit on track 2, the steps one after another.
+  std::vector<TraceSpan> pulls, waits;
+  for (const TraceSpan& t : spans) {
+    if (t.name == "pull" && t.tid == 2) pulls.push_back(t);
+    if (t.name == "params" && t.tid == 0) waits.push_back(t);
+  }
+  std::sort(pulls.begin(), pulls.end(), [](auto& a, auto& b) { return a.start < b.start; });
+  std::sort(waits.begin(), waits.end(), [](auto& a, auto& b) { return a.start < b.start; });
+  ASSERT_FALSE(pulls.empty());
+  ASSERT_EQ(pulls.size() % 4, 0u) << "4 steps, the same units in each";
+  const size_t units = pulls.size() / 4;
+  ASSERT_GE(units, 4u);
+  for (size_t step = 0; step < 3; ++step) {  // the last step has no next forward
+    const auto first = pulls.begin() + static_cast<std::ptrdiff_t>(step * units);
+    const auto front = std::min_element(first, first + static_cast<std::ptrdiff_t>(units),
+                                        [](auto& a, auto& b) { return a.begin < b.begin; });
+    const auto back = std::max_element(first, first + static_cast<std::ptrdiff_t>(units),
+                                       [](auto& a, auto& b) { return a.begin < b.begin; });
+    ASSERT_EQ(front->begin, 0) << "layer 0's weights start the arena";
+    EXPECT_LT(front->end, back->end) << "step " << step + 1
+                                     << ": layer 0's pull completes before the last layer's";
+    // The next forward's layer 0: its wait for floats from 0 that ends after this step's pushes.
+    const auto next = std::find_if(waits.begin(), waits.end(), [&](const TraceSpan& w) {
+      return w.begin == 0 && w.end > first->start;
+    });
+    ASSERT_NE(next, waits.end()) << "step " << step + 2 << ": no forward of layer 0 in the trace";
+    EXPECT_GE(next->end, front->end) << "layer 0's forward waited for its parameters";
+    EXPECT_LT(next->end, back->end)
+        << "step " << step + 2 << ": layer 0's forward started before the last layer's pull ended";
+  }
 }
 
 }  // namespace

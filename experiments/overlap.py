@@ -1,0 +1,282 @@
+#!/usr/bin/python3
+"""Runs experiments/overlap.yaml: the gradient sync overlapped with the
+backward (docs/overlap.md) against the plain sync after it, for every backend
+on the emulated network, and the bucket-size sweep. Every point is one
+`psar train` under mpirun, repeated; the repeats are interleaved (every
+point once, then every point again) so that a change of the host's load
+falls on all of them alike. Run it under the measurement lock, so that no
+other measurement shares the host meanwhile:
+
+    flock /tmp/psar-measure.lock experiments/overlap.py
+
+    experiments/overlap.py [EXPERIMENT.yaml] [--results DIR] [--only modes|buckets|timeline]
+                           [--backends A,B] [--name NAME] [--quick] [--dry-run]
+
+Writes into results/<experiment.name>/:
+  runs/<point>_r<k>/  the run directory of every repeat (steps.csv, summary.csv, ...)
+  modes.csv/.md       per network, N, backend and mode (off, fifo, front_first): the
+                      median over repeats of each run's median over steps (after
+                      skip_steps) of the slowest rank's step, compute, sync and exposed
+                      sync; and the targets: exposed ≤ 25 % of the plain run's sync,
+                      step ≤ 1.15 × max(compute, sync) of the plain run
+  buckets.csv/.md/.png  step time vs sync.bucket_bytes per backend (overlap on)
+  timeline/           one overlapped run with --trace, and timeline.png (the comm track)
+
+--quick: one repeat, 8 steps, N = 2 and one network (a smoke test of the script).
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+
+from psar_exp import ROOT, report, runner
+from psar_exp.io import md_table, read_csv, write_csv, write_text
+from psar_exp.units import parse_bytes
+
+MODES = ("off", "fifo", "front_first")
+METRICS = ("step_s", "compute_s", "sync_s", "exposed_sync_s")
+
+
+def network_sets(spec):
+    """'1Gbit@50us' -> the --set arguments of that emulated NIC."""
+    bandwidth, _, latency = str(spec).partition("@")
+    sets = [f"net.bandwidth={bandwidth}"]
+    return sets + [f"net.latency={latency}"] if latency else sets
+
+
+def point_sets(backend, ranks, mode, bucket=None):
+    """--set arguments of one backend (the PS with a shard in each of the N
+    workers) and overlap mode (off, fifo, front_first)."""
+    sets = [f"sync.backend={backend}"]
+    if backend == "ps":
+        sets.append(f"ps.servers={ranks}")
+    if mode not in MODES:
+        raise runner.RunError(f"overlap mode '{mode}': expected one of {', '.join(MODES)}")
+    if mode == "off":
+        sets.append("sync.overlap=false")
+    else:
+        sets += ["sync.overlap=true", f"sync.priority={mode}"]
+    if bucket is not None:
+        sets.append(f"sync.bucket_bytes={bucket}")
+    return sets
+
+
+def bucket_value(size, model_bytes):
+    """A size of the sweep as sync.bucket_bytes: 'whole' is one bucket for the model."""
+    return str(model_bytes) if size == "whole" else size
+
+
+def run_stats(rows, skip):
+    """Medians over steps (after `skip`) of the slowest rank's step, compute,
+    sync and exposed sync, from steps.csv rows."""
+    by_step = defaultdict(list)
+    for r in rows:
+        by_step[int(r["step"])].append(r)
+    steps = sorted(by_step)[skip:] or sorted(by_step)
+    return {m: statistics.median(max(float(r[m]) for r in by_step[s]) for s in steps)
+            for m in METRICS}
+
+
+def summarize(runs):
+    """The median over repeats of each metric ({metric: seconds} per run)."""
+    return {m: statistics.median(r[m] for r in runs) for m in METRICS}
+
+
+def check_targets(plain, on, exposed_share=0.25, step_factor=1.15):
+    """The targets of an overlapped run against the plain one (the same point
+    with the overlap off): exposed sync ≤ exposed_share × the plain sync, and
+    step ≤ step_factor × max(plain compute, plain sync). Returns
+    (exposed / sync, step / max(compute, sync), both met)."""
+    share = on["exposed_sync_s"] / plain["sync_s"]
+    bound = on["step_s"] / max(plain["compute_s"], plain["sync_s"])
+    return share, bound, share <= exposed_share and bound <= step_factor
+
+
+def run_point(binary, exp_path, out, ranks, sets, dry_run, extra=()):
+    cmd = runner.train_command(binary or "psar", exp_path, out,
+                                                 runner.Point(out, ranks, sets), extra)
+    print(f"  {' '.join(cmd)}", flush=True)
+    if dry_run:
+        return None
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise runner.RunError(f"point {out} failed (exit code {p.returncode}):\n"
+                              f"{p.stdout[-4000:]}{p.stderr[-4000:]}")
+    return read_csv(os.path.join(out, "steps.csv"))
+
+
+def measure(points, exp, exp_path, out_root, binary, repeats, dry_run):
+    """points: [(key, ranks, sets)]. Every point once per round, `repeats`
+    rounds; returns {key: [run stats]} and the load average at each run."""
+    skip = int(exp["experiment"]["sweep"].get("skip_steps", 5))
+    results, loads = defaultdict(list), defaultdict(list)
+    for k in range(repeats):
+        for key, ranks, sets in points:
+            name = "_".join(str(p) for p in key)
+            print(f"[{k + 1}/{repeats}] {name}", flush=True)
+            loads[key].append(os.getloadavg()[0])
+            rows = run_point(binary, exp_path, os.path.join(out_root, "runs", f"{name}_r{k}"),
+                             ranks, sets, dry_run)
+            if rows is not None:
+                results[key].append(run_stats(rows, skip))
+    return results, loads
+
+
+def ms(x):
+    return round(1e3 * x, 2)
+
+
+def modes(exp, exp_path, out_root, binary, quick, dry_run, backends=None):
+    sweep = exp["experiment"]["sweep"]
+    nets = sweep["networks"][:1] if quick else sweep["networks"]
+    ranks_list = [2] if quick else sweep["ranks"]
+    points = [((net.replace("@", "-"), f"n{n}", b, mode), n,
+               network_sets(net) + point_sets(b, n, mode) + (["train.steps=8"] if quick else []))
+              for net in nets for n in ranks_list for b in backends or sweep["backends"]
+              for mode in sweep["modes"]]
+    results, loads = measure(points, exp, exp_path, out_root, binary,
+                             1 if quick else int(sweep["repeats"]), dry_run)
+    if dry_run:
+        return
+    cores = os.cpu_count()
+    rows = []
+    for key, n, _ in points:
+        s = summarize(results[key])
+        rows.append({"network": key[0], "ranks": n, "ranks_per_core": round(n / cores, 2),
+                     "backend": key[2], "mode": key[3], "repeats": len(results[key]),
+                     "step_ms": ms(s["step_s"]), "compute_ms": ms(s["compute_s"]),
+                     "sync_ms": ms(s["sync_s"]), "exposed_ms": ms(s["exposed_sync_s"]),
+                     "exposed_share": round(s["exposed_sync_s"] / s["sync_s"], 3),
+                     "load1_median": round(statistics.median(loads[key]), 2),
+                     "step_ms_repeats": " ".join(str(ms(r["step_s"])) for r in results[key])})
+    # The targets, against the plain run of the same network, N and backend.
+    plain = {(r["network"], r["ranks"], r["backend"]): r for r in rows if r["mode"] == "off"}
+    for r in rows:
+        p = plain.get((r["network"], r["ranks"], r["backend"]))
+        if r["mode"] == "off" or p is None:
+            continue
+        share, bound, ok = check_targets(
+            {"sync_s": p["sync_ms"], "compute_s": p["compute_ms"]},
+            {"exposed_sync_s": r["exposed_ms"], "step_s": r["step_ms"]})
+        r.update(exposed_vs_plain_sync=round(share, 3), step_vs_max_plain=round(bound, 3),
+                 targets_met="yes" if ok else "no")
+    write_csv(os.path.join(out_root, "modes.csv"), rows,
+              list(rows[0].keys()) + ["exposed_vs_plain_sync", "step_vs_max_plain",
+                                      "targets_met"])
+    header = ["network", "N", "backend", "mode", "step ms", "compute ms", "sync ms",
+              "exposed ms", "exposed / plain sync", "step / max(plain compute, sync)", "targets"]
+    table = [[r["network"], r["ranks"], r["backend"], r["mode"], r["step_ms"], r["compute_ms"],
+              r["sync_ms"], r["exposed_ms"], r.get("exposed_vs_plain_sync", ""),
+              r.get("step_vs_max_plain", ""), r.get("targets_met", "")] for r in rows]
+    write_text(os.path.join(out_root, "modes.md"), md_table(header, table))
+
+
+def buckets(exp, exp_path, out_root, binary, quick, dry_run):
+    spec = exp["experiment"]["sweep"]["buckets"]
+    n = int(spec["ranks"])
+    model_bytes = 4 * model_params(exp)
+    sizes = spec["sizes"][:2] if quick else spec["sizes"]
+    points = [(("buckets", spec["network"].replace("@", "-"), f"n{n}", b, size), n,
+               network_sets(spec["network"]) +
+               point_sets(b, n, spec["priority"], bucket_value(size, model_bytes)) +
+               (["train.steps=8"] if quick else []))
+              for b in spec["backends"] for size in sizes]
+    results, loads = measure(points, exp, exp_path, out_root, binary,
+                             1 if quick else int(exp["experiment"]["sweep"]["repeats"]), dry_run)
+    if dry_run:
+        return
+    rows = []
+    for key, _, _ in points:
+        s = summarize(results[key])
+        size = key[4]
+        rows.append({"network": key[1], "ranks": n, "backend": key[3], "bucket": size,
+                     "bucket_bytes": model_bytes if size == "whole" else parse_bytes(size),
+                     "step_ms": ms(s["step_s"]), "compute_ms": ms(s["compute_s"]),
+                     "sync_ms": ms(s["sync_s"]), "exposed_ms": ms(s["exposed_sync_s"]),
+                     "load1_median": round(statistics.median(loads[key]), 2)})
+    write_csv(os.path.join(out_root, "buckets.csv"), rows)
+    by_backend = defaultdict(dict)
+    for r in rows:
+        by_backend[r["backend"]][r["bucket"]] = r
+    header = ["backend"] + [f"{s} step / exposed ms" for s in sizes]
+    table = [[b] + [f"{by_backend[b][s]['step_ms']} / {by_backend[b][s]['exposed_ms']}"
+                    for s in sizes] for b in spec["backends"]]
+    write_text(os.path.join(out_root, "buckets.md"), md_table(header, table))
+    plot_buckets(rows, os.path.join(out_root, "buckets.png"), spec)
+
+
+def plot_buckets(rows, path, spec):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for b in spec["backends"]:
+        pts = sorted((r["bucket_bytes"], r["step_ms"]) for r in rows if r["backend"] == b)
+        ax.plot([x / 1024 for x, _ in pts], [y for _, y in pts], marker="o", label=b)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="sync.bucket_bytes (KiB; the last point: the whole model)",
+           ylabel="step time (ms, median)",
+           title=f"overlap ({spec['priority']}), N = {spec['ranks']}, {spec['network']}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def model_params(exp):
+    """Parameters of the experiment's MLP: features -> hidden... -> classes."""
+    dims = [int(exp["data"]["synthetic_features"]), *exp["model"]["hidden"],
+            int(exp["data"]["synthetic_classes"])]
+    return sum(a * b + b for a, b in zip(dims, dims[1:]))
+
+
+def timeline(exp, exp_path, out_root, binary, dry_run):
+    """One overlapped run (the PS, front_first: the layer-wise start) with the
+    trace on, drawn with plot.py --timeline."""
+    out = os.path.join(out_root, "timeline")
+    sets = network_sets(exp["experiment"]["sweep"]["networks"][0]) + \
+        point_sets("ps", 2, "front_first") + ["train.trace=true", "train.steps=6"]
+    run_point(binary, exp_path, out, 2, sets, dry_run)
+    if not dry_run:
+        runner.run([sys.executable, os.path.join(ROOT, "experiments", "plot.py"), "--timeline",
+                    os.path.join(out, "trace.json"), "--out",
+                    os.path.join(out_root, "timeline.png")])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("experiment", nargs="?",
+                    default=os.path.join(ROOT, "experiments", "overlap.yaml"))
+    ap.add_argument("--results", default=os.path.join(ROOT, "results"))
+    ap.add_argument("--only", choices=["modes", "buckets", "timeline"], help="run one part")
+    ap.add_argument("--quick", action="store_true", help="one repeat, 8 steps: a smoke test")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands only")
+    ap.add_argument("--backends", help="modes: these backends (comma-separated) instead of the "
+                                       "experiment's")
+    ap.add_argument("--name", help="results folder name instead of experiment.name")
+    args = ap.parse_args()
+    exp = report.load(args.experiment, "overlap")
+    out_root = os.path.join(args.results, args.name or exp["experiment"]["name"])
+    os.makedirs(out_root, exist_ok=True)
+    binary = None if args.dry_run else runner.psar_binary()
+    before = runner.machine_state()
+    if args.only in (None, "modes"):
+        modes(exp, args.experiment, out_root, binary, args.quick, args.dry_run,
+              args.backends.split(",") if args.backends else None)
+    if args.only in (None, "buckets"):
+        buckets(exp, args.experiment, out_root, binary, args.quick, args.dry_run)
+    if args.only in (None, "timeline"):
+        timeline(exp, args.experiment, out_root, binary, args.dry_run)
+    if not args.dry_run:
+        runner.record_provenance(out_root, before)
+
+
+if __name__ == "__main__":
+    runner.main_guard("overlap.py", main)

@@ -132,8 +132,9 @@ double Nic::depart(size_t bytes, double now) {
 }
 
 double Nic::egress_free() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return egress_free_;
+  State& s = *state_;
+  StateLock lock(s.lock);
+  return s.egress_free;
 }
 
 double Nic::arrive(size_t bytes, double egress_end) {

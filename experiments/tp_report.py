@@ -6,12 +6,17 @@
     build/bench/bench_tp_gemm --benchmark_min_time=0.2 --benchmark_format=json > results/tp/gemm.json
     experiments/tp_report.py [--results results] [--out results/tp]
 
-Reads every run directory (config.yaml, steps.csv, tp.csv) under
+Reads every run directory (config.yaml, steps.csv, axes.csv, tp.csv) under
 results/tp_comm and results/tp_step, and results/tp/gemm.json; writes
 results/tp/tables.md (per-layer communication, DP vs TP volume, parallel GEMM,
-step-time split) and results/tp/step_split.png. tp.csv is written by the GPT
-through Model::write_run_files (see docs/tensor_parallel.md); a run without it
-is reported as missing, never guessed.
+step-time split) and results/tp/step_split.png.
+
+The per-axis numbers come from axes.csv, which every run writes (trainer/axes.h,
+docs/outputs.md): tp_* for the TP group's all-reduces, dp_* for the gradient
+sync. steps.csv's bytes_sent counts every communicator of the rank (TP + DP),
+so it is not the DP traffic. tp.csv is written only when t > 1 and is read only
+for what axes.csv lacks (the all-gather count); with t = 1 the TP traffic is
+axes.csv's, measured as zero, never assumed. A run without axes.csv is an error.
 """
 
 import argparse
@@ -30,17 +35,30 @@ WARMUP = 3  # steps left out of timing medians
 
 
 def runs(folder):
-    """(config, steps rows, tp rows or None) of every run directory under folder."""
+    """(path, config, steps rows, axes rows, tp rows or None) of every run directory under folder."""
     out = []
     for dirpath, _, files in sorted(os.walk(folder)):
         if "steps.csv" not in files or "config.yaml" not in files:
             continue
+        if "axes.csv" not in files:
+            sys.exit(f"tp_report.py: {dirpath} has no axes.csv (the per-axis counters every "
+                     "psar train run writes): run the experiment again with the current trainer")
         with open(os.path.join(dirpath, "config.yaml")) as f:
             cfg = yaml.safe_load(f)
         tp = os.path.join(dirpath, "tp.csv")
         out.append((dirpath, cfg, read_csv(os.path.join(dirpath, "steps.csv")),
+                    read_csv(os.path.join(dirpath, "axes.csv")),
                     read_csv(tp) if os.path.exists(tp) else None))
     return out
+
+
+def by_split_and_t(run):
+    return run[1]["parallel"].get("tp_split", ""), int(run[1]["parallel"]["tp"])
+
+
+def axis_mean(axes, key, per=1):
+    """Mean over axes.csv's rows (every rank, every step) of key / per."""
+    return mean([int(r[key]) / per for r in axes])
 
 
 def shape(cfg, world):
@@ -77,6 +95,15 @@ def per_layer_formula(s):
     return 4, f"2×{n} + 2×{4 * n}", bytes_
 
 
+def tp_floats_per_layer(s):
+    """Floats handed to the TP all-reduces per layer per step: 4·B·T·d (column_row),
+    2·B·T·d + 2·B·T·4d (row_column: the MLP's two are [B·T, 4d]); 0 with t = 1."""
+    n = s["B"] * s["T"] * s["dm"]
+    if s["t"] == 1:
+        return 0
+    return 4 * n if s["split"] == "column_row" else 2 * n + 2 * 4 * n
+
+
 def mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
 
@@ -86,26 +113,22 @@ def comm_table(rows):
              "floats / all-reduce (measured) | formula | all-gathers / layer | "
              "bytes sent / rank / layer (measured) | formula (ring) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for path, cfg, steps, tp in sorted(rows, key=lambda r: (r[1]["parallel"].get("tp_split", ""),
-                                                            int(r[1]["parallel"]["tp"]))):
+    for path, cfg, steps, axes, tp in sorted(rows, key=by_split_and_t):
         s = shape(cfg, world_of(steps))
         f_ar, f_floats, f_bytes = per_layer_formula(s)
         n = s["B"] * s["T"] * s["dm"]
-        if tp is None:
-            lines.append(f"| {s['split']} | {s['t']} | {s['d']} | {n} | (no tp.csv) | {f_ar} | | "
-                         f"{f_floats} | | | {f_bytes:.0f} |")
-            continue
         L = s["L"]
-        ar = mean([int(r["allreduces"]) / L for r in tp])
-        floats = [int(r["allreduce_floats"]) / int(r["allreduces"]) for r in tp if int(r["allreduces"])]
+        ar = axis_mean(axes, "tp_allreduces", L)
+        floats = [int(r["tp_floats"]) / int(r["tp_allreduces"]) for r in axes if int(r["tp_allreduces"])]
         if s["split"] == "row_column" and floats:
             floats_txt = f"{mean(floats):.0f} (mean)"
         else:
             floats_txt = f"{mean(floats):.0f}" if floats else "-"
-        ag = mean([int(r["all_gathers"]) / L for r in tp])
-        sent = mean([int(r["tp_bytes_sent"]) / L for r in tp])
+        # The all-gather count is only in tp.csv, which a t = 1 run does not write.
+        ag = f"{mean([int(r['all_gathers']) / L for r in tp]):g}" if tp else "-"
+        sent = axis_mean(axes, "tp_bytes_sent", L)
         lines.append(f"| {s['split']} | {s['t']} | {s['d']} | {n} | {ar:g} | {f_ar} | {floats_txt} | "
-                     f"{f_floats} | {ag:g} | {sent:.0f} | {f_bytes:.0f} |")
+                     f"{f_floats} | {ag} | {sent:.0f} | {f_bytes:.0f} |")
     return "\n".join(lines)
 
 
@@ -123,31 +146,59 @@ def vocab_of(cfg):
 
 
 def params_per_rank(s, vocab):
-    """Floats of one rank's shard of the GPT (embeddings and layer norms replicated)."""
+    """Floats of one rank's shard of the GPT, in closed form from its layout (workloads/gpt.h):
+    replicated wte [V, d], wpe [T, d], lnf (2d) and per block ln1, ln2 (4d); per block,
+    sharded over t: QKV weight 3d², bias 3d (columns), attention proj weight d² (rows) with
+    its bias d replicated; the MLP (hidden 4d) column_row: fc weight 4d², bias 4d (columns),
+    proj weight 4d² (rows), bias d replicated; row_column: fc by rows (bias 4d replicated),
+    proj by columns (bias d sharded)."""
     dm, t, L, T = s["dm"], s["t"], s["L"], s["T"]
-    layer = (3 * dm * dm + 3 * dm) // t + dm * dm // t + dm + (4 * dm * dm + 4 * dm) // t \
-        + 4 * dm * dm // t + dm + 4 * dm
+    attention = (3 * dm * dm + 3 * dm) // t + dm * dm // t + dm
+    if s["split"] == "column_row":
+        mlp = (4 * dm * dm + 4 * dm) // t + 4 * dm * dm // t + dm
+    else:
+        mlp = 4 * dm * dm // t + 4 * dm + (4 * dm * dm + dm) // t
+    layer = attention + mlp + 4 * dm
     return vocab * dm + T * dm + L * layer + 2 * dm
 
 
 def volume_table(rows, vocab):
-    lines = ["| t | d | DP: gradient floats / rank (once per batch) | DP bytes sent / rank / step "
-             "(measured) | ring formula | TP: activation floats / layer / step | TP bytes sent / "
-             "rank / step (measured) | ring formula |",
-             "|---|---|---|---|---|---|---|---|"]
-    for path, cfg, steps, tp in sorted(rows, key=lambda r: int(r[1]["parallel"]["tp"])):
-        if cfg["parallel"].get("tp_split", "column_row") != "column_row":
-            continue
+    lines = ["| split | t | d | DP: gradient floats / rank / step (measured) | closed form | "
+             "DP bytes sent / rank / step (measured) | ring formula | "
+             "TP: activation floats / layer / step (measured) | formula | "
+             "TP bytes sent / rank / step (measured) | ring formula |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for path, cfg, steps, axes, tp in sorted(rows, key=by_split_and_t):
         s = shape(cfg, world_of(steps))
         P = params_per_rank(s, vocab)
-        dp_meas = mean([int(r["bytes_sent"]) for r in steps])
+        dp_floats = axis_mean(axes, "dp_floats")
+        dp_meas = axis_mean(axes, "dp_bytes_sent")
         dp_formula = ring_allreduce_bytes(s["d"], P) if s["d"] > 1 else 0
-        n = s["B"] * s["T"] * s["dm"]
-        tp_meas = mean([int(r["tp_bytes_sent"]) for r in tp]) if tp else float("nan")
+        tp_floats = axis_mean(axes, "tp_floats", s["L"])
+        tp_meas = axis_mean(axes, "tp_bytes_sent")
         tp_formula = s["L"] * per_layer_formula(s)[2]
-        lines.append(f"| {s['t']} | {s['d']} | {P} | {dp_meas:.0f} | {dp_formula:.0f} | "
-                     f"{4 * n if s['t'] > 1 else 0} | {tp_meas:.0f} | {tp_formula:.0f} |")
+        lines.append(f"| {s['split']} | {s['t']} | {s['d']} | {dp_floats:.0f} | {P} | {dp_meas:.0f} | "
+                     f"{dp_formula:.0f} | {tp_floats:.0f} | {tp_floats_per_layer(s)} | "
+                     f"{tp_meas:.0f} | {tp_formula:.0f} |")
     return "\n".join(lines)
+
+
+def volume_section(name, rows):
+    """The DP vs TP table of one experiment's runs, with the model it is about."""
+    cfg = rows[0][1]
+    m, vocab = cfg["model"], vocab_of(cfg)
+    return [f"## DP gradient sync vs TP activations, whole model, per rank per step ({name})", "",
+            f"GPT of experiments/{name}.yaml: {m['layers']} layers, d_model {m['d_model']}, context "
+            f"{m['seq_len']}, vocabulary V = {vocab}, global batch {cfg['train']['batch_size']}. "
+            "Measured columns are means over ranks and steps of axes.csv: dp_floats (the floats "
+            "of the rank's parameters handed to the data-parallel all-reduce), dp_bytes_sent and "
+            "tp_bytes_sent (what the DP and TP communicators sent), tp_floats / layers. The closed "
+            "form of the gradient floats is V·d + T·d + 2d + L·(attention + MLP + 4d), each block's "
+            "sharded weights and biases over t (tp_report.py, params_per_rank); bytes are those "
+            "of a ring all-reduce, 2(n−1)/n·floats·4 over the group of n ranks (n = d for DP, "
+            "t for TP). With d = 1 there is no DP traffic, with t = 1 no TP traffic: both measured "
+            "as zero.", "",
+            volume_table(rows, vocab), ""]
 
 
 def linear_volume_table(s):
@@ -185,22 +236,22 @@ def gemm_table(path):
 def split_rows(rows):
     """Per (t, d): medians over steps (after warm-up), averaged over ranks."""
     out = []
-    for path, cfg, steps, tp in sorted(rows, key=lambda r: int(r[1]["parallel"]["tp"])):
+    for path, cfg, steps, axes, tp in sorted(rows, key=lambda r: int(r[1]["parallel"]["tp"])):
         s = shape(cfg, world_of(steps))
         by_rank = defaultdict(list)
         for r in steps:
             if int(r["step"]) > WARMUP:
                 by_rank[r["rank"]].append(r)
-        tp_by_rank = defaultdict(list)
-        for r in tp or []:
+        axes_by_rank = defaultdict(list)
+        for r in axes:
             if int(r["step"]) > WARMUP:
-                tp_by_rank[r["rank"]].append(r)
+                axes_by_rank[r["rank"]].append(r)
         med = lambda rs, k: statistics.median(float(x[k]) for x in rs)
         step = mean([med(rs, "step_s") for rs in by_rank.values()])
         compute = mean([med(rs, "compute_s") for rs in by_rank.values()])
         sync = mean([med(rs, "sync_s") for rs in by_rank.values()])
-        tpc = mean([med(rs, "tp_comm_s") for rs in tp_by_rank.values()]) if tp else float("nan")
-        out.append(dict(t=s["t"], d=s["d"], step=step, compute=compute - (tpc if tp else 0),
+        tpc = mean([med(rs, "tp_s") for rs in axes_by_rank.values()])
+        out.append(dict(t=s["t"], d=s["d"], step=step, compute=compute - tpc,
                         tp=tpc, sync=sync, other=step - compute - sync))
     return out
 
@@ -253,20 +304,24 @@ def main():
            "number is measured.", ""]
     if comm:
         doc += ["## All-reduces and bytes per transformer layer per step (forward + backward)", "",
+                "Measured from axes.csv (tp_allreduces, tp_floats, tp_bytes_sent over the layers, "
+                "mean over ranks and steps); t = 1 has no TP group and measures zero. The all-gather "
+                "count is only in tp.csv, which t = 1 runs do not write (`-`).", "",
                 comm_table(comm), ""]
         s = shape(comm[0][1], world_of(comm[0][2]))
         doc += ["## DP vs TP volume for y = W·x (floats per step, this GPT's GEMMs, formula)", "",
                 linear_volume_table(s), ""]
-        doc += ["## DP gradient sync vs TP activations, whole model, per rank per step", "",
-                volume_table(comm, vocab_of(comm[0][1])), ""]
+        doc += volume_section("tp_comm", comm)
+    if step:
+        doc += volume_section("tp_step", step)
     doc += ["## Parallel GEMM Y = X·A, A split by columns over p (one shard, one core)", "",
             gemm_table(os.path.join(out, "gemm.json")), ""]
     if step:
         doc += ["## Time per step and its split (medians after warm-up, mean over ranks)", "",
                 f"Report written on a host with {os.cpu_count()} cores; 4 ranks share them. "
                 "`compute` is forward+backward without the TP all-reduces; `TP comm` is the "
-                "time inside them, waiting for the slowest rank included; `DP sync + update` is "
-                "steps.csv's sync_s.", "",
+                "time inside them (axes.csv's tp_s, zero with t = 1), waiting for the slowest rank "
+                "included; `DP sync + update` is steps.csv's sync_s.", "",
                 split_table(step), "", "![step split](step_split.png)", ""]
         plot_split(step, os.path.join(out, "step_split.png"))
     write_text(os.path.join(out, "tables.md"), "\n".join(doc))

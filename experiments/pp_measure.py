@@ -92,6 +92,7 @@ def main():
         out_root = os.path.join(args.results, exp["experiment"]["name"])
         os.makedirs(out_root, exist_ok=True)
         rows = []
+        before = runner.machine_state()
         points = runner.points(exp)
         for i, point in enumerate(points, 1):
             out = os.path.join(out_root, point.name)
@@ -101,6 +102,7 @@ def main():
             rows += [{"run": point.name, **point.swept, **row}
                      for row in read_csv(os.path.join(out, "summary.csv"))]
         write_csv(os.path.join(out_root, "summary.csv"), rows)
+        runner.record_provenance(out_root, before)
     subprocess.run([sys.executable, os.path.join(HERE, "pp_report.py"), "--results", args.results],
                    check=True)
 

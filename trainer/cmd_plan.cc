@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "core/csv.h"
@@ -98,6 +99,13 @@ std::vector<std::string> row(int rank, const sim::Candidate& c) {
           num(r.tflops_per_gpu)};
 }
 
+// The flags that stand for a config key: --batch 512 is --set train.batch_size=512.
+const std::map<std::string, std::string> kKeyFlags = {
+    {"--batch", "train.batch_size"}, {"--memory", "cluster.gpu.memory"},
+    {"--layers", "model.layers"},    {"--hidden", "model.d_model"},
+    {"--heads", "model.heads"},      {"--seq", "model.seq_len"},
+    {"--vocab", "model.vocab"}};
+
 }  // namespace
 
 int cmd_plan(CliContext& ctx) {
@@ -120,20 +128,8 @@ int cmd_plan(CliContext& ctx) {
       throw ConfigError("psar plan: '" + flag + "': the config file comes first\n" + kUsage);
     } else if (flag == "--gpus")
       gpus = parse_int_arg("psar plan", flag, value, 1);
-    else if (flag == "--batch")
-      overrides.push_back("train.batch_size=" + value);
-    else if (flag == "--memory")
-      overrides.push_back("cluster.gpu.memory=" + value);
-    else if (flag == "--layers")
-      overrides.push_back("model.layers=" + value);
-    else if (flag == "--hidden")
-      overrides.push_back("model.d_model=" + value);
-    else if (flag == "--heads")
-      overrides.push_back("model.heads=" + value);
-    else if (flag == "--seq")
-      overrides.push_back("model.seq_len=" + value);
-    else if (flag == "--vocab")
-      overrides.push_back("model.vocab=" + value);
+    else if (const auto key = kKeyFlags.find(flag); key != kKeyFlags.end())
+      overrides.push_back(key->second + "=" + value);
     else if (flag == "--tp")
       options.tps = int_list<int>(flag, value);
     else if (flag == "--microbatch")

@@ -25,6 +25,11 @@ echo "$csv" | head -1 | grep -q '^rank,p,t,d,b,m,v,schedule,scatter_gather,mem_w
 json=$("$psar" plan "$cfg" --top 1 --format json 2>&1) || fail "json exited $?: $json"
 echo "$json" | grep -q '"tflops_per_gpu": ' || fail "json: $json"
 
+# The flags that stand for config keys reach the model and the batch.
+model=$("$psar" plan "$cfg" --top 1 --layers 12 --hidden 1024 --heads 16 --seq 512 --vocab 32000 \
+        --batch 256 2>&1) || fail "flags exited $?: $model"
+echo "$model" | grep -q '^model  *L=12 h=1024 a=16 s=512 V=32000 .*B=256' || fail "flags: $model"
+
 expect_error() {  # expect_error FIELD ARGS...
   field=$1; shift
   err=$("$psar" plan "$cfg" "$@" 2>&1)

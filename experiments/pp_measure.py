@@ -26,7 +26,7 @@ import sys
 import time
 
 from psar_exp import report, runner
-from psar_exp.io import read_csv, write_csv
+from psar_exp.io import write_csv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -91,7 +91,6 @@ def main():
         exp = report.load(path, "train")
         out_root = os.path.join(args.results, exp["experiment"]["name"])
         os.makedirs(out_root, exist_ok=True)
-        rows = []
         before = runner.machine_state()
         points = runner.points(exp)
         for i, point in enumerate(points, 1):
@@ -99,9 +98,8 @@ def main():
             cmd = nice + runner.train_command(binary, path, out, point, ["--quiet"])
             print(f"[{name} {i}/{len(points)}] {point.name}", flush=True)
             run_point(cmd, out, args.quiet, 1 if name in COMPUTE_BOUND else args.tries, args.wait)
-            rows += [{"run": point.name, **point.swept, **row}
-                     for row in read_csv(os.path.join(out, "summary.csv"))]
-        write_csv(os.path.join(out_root, "summary.csv"), rows)
+        write_csv(os.path.join(out_root, "summary.csv"),
+                  runner.summary_rows(exp, out_root, points))
         runner.record_provenance(out_root, before)
     subprocess.run([sys.executable, os.path.join(HERE, "pp_report.py"), "--results", args.results],
                    check=True)

@@ -32,6 +32,27 @@ from psar_exp.io import read_csv, write_text
 from psar_exp.units import parse_bytes
 
 
+def report_text(exp, out, psar=None):
+    """table.md of either report from the files the runs left in `out`."""
+    if exp["report"] == "volume":
+        bench = exp["bench"]
+        table = costs.query(bench["ranks"], [parse_bytes(bench["size"])], algos=bench["algos"],
+                            segment_bytes=bench["segment_bytes"], psar=psar)
+        return collectives.volume_table(
+            read_csv(os.path.join(out, "volume.csv")), table,
+            "The counts do not depend on the machine; README.md says which commit produced them.")
+    with open(os.path.join(out, "gamma.txt")) as f:
+        gamma = float(f.read())
+    with open(os.path.join(out, "run_note.txt")) as f:
+        return collectives.cost_table(exp, out, gamma, f.read().strip(), psar)
+
+
+def regenerate(folder, results=None, experiment=None):
+    """table.md from the committed CSVs (psar cost gives the cost forms)."""
+    exp = report.load(os.path.join(ROOT, "experiments", experiment + ".yaml"))
+    return {"table.md": report_text(exp, folder, runner.psar_binary())}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("experiment")
@@ -53,13 +74,9 @@ def main():
     start = time.time()
     note_file = os.path.join(out, "run_note.txt")  # the conditions of the runs, kept for --reuse
     if kind == "volume":
-        bench = exp["bench"]
-        rows = (read_csv(os.path.join(out, "volume.csv")) if args.reuse
-                else collectives.report_volume(exp, psar, out, args.high_priority))
-        table = costs.query(bench["ranks"], [parse_bytes(bench["size"])], algos=bench["algos"],
-                            segment_bytes=bench["segment_bytes"], psar=psar)
-        write_text(os.path.join(out, "table.md"),
-                   collectives.volume_table(rows, table, runner.machine_note()))
+        if not args.reuse:
+            collectives.report_volume(exp, psar, out, args.high_priority)
+            runner.record_provenance(out)
     else:
         gamma_file = os.path.join(out, "gamma.txt")
         if not args.reuse:
@@ -69,10 +86,8 @@ def main():
             write_text(gamma_file, f"{gamma:.6e}\n")
             write_text(note_file, runner.machine_note(load, args.high_priority) + "\n")
             runner.record_provenance(out, load, args.high_priority)
-        with open(gamma_file) as f:
-            gamma = float(f.read())
-        with open(note_file) as f:
-            collectives.report_cost(exp, out, gamma, f.read().strip(), psar)
+        collectives.plot_cost(exp, out)
+    write_text(os.path.join(out, "table.md"), report_text(exp, out, psar))
     print(f"report_collectives.py: {out}/table.md ({time.time() - start:.0f} s)")
 
 

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 
 from psar_exp import ROOT, report, runner
-from psar_exp.io import read_csv, write_csv
+from psar_exp.io import write_csv
 
 
 def main():
@@ -54,7 +54,6 @@ def main():
     cluster = {"per_host": args.per_host, "name": args.cluster_name} if args.cluster else None
 
     before = runner.machine_state()
-    rows = []
     for i, point in enumerate(points, 1):
         out = os.path.join(out_root, point.name)
         cmd = runner.train_command(binary, args.experiment, out, point, cluster=cluster)
@@ -67,10 +66,9 @@ def main():
         if rc != 0:
             raise runner.RunError(f"point {point.name} failed (exit code {rc}); results so far "
                                   f"in {out_root}")
-        rows += [{"run": point.name, **point.swept, **row}
-                 for row in read_csv(os.path.join(out, "summary.csv"))]
 
-    if rows:
+    if not args.dry_run:
+        rows = runner.summary_rows(exp, out_root, points)
         write_csv(os.path.join(out_root, "summary.csv"), rows)
         runner.record_provenance(out_root, before)
         print(f"run.py: {len(rows)} run(s) -> {out_root}/summary.csv")

@@ -9,6 +9,11 @@ build=${PSAR_BUILD_DIR:-$root/build}
 cd "$build"
 ctest --output-on-failure --timeout 600 "$@"
 
+# Every results folder against what its committed data regenerates (no
+# experiment runs; psar only answers cost and simulate queries).
+cd "$root/experiments"
+PSAR_BIN="$build/trainer/psar" /usr/bin/python3 -m psar_exp check
+
 # pytest exits 5 when it collected no tests: that is a broken suite, not a pass.
 cd "$root"
 status=0

@@ -188,17 +188,26 @@ def plot_busbw(series, out):
              [(a, series[(a, p)]) for a in algos if (a, p) in series])
 
 
-def report_cost(exp, out, gamma, note, psar=None):
-    bench = exp["bench"]
-    data, series = {}, {}
-    for p in bench["ranks"]:
+def cost_data(exp, out):
+    """{(algo, N): [(size, seconds, busbw, wrong)]} of the sweep CSVs in `out`."""
+    data = {}
+    for p in exp["bench"]["ranks"]:
         for r in read_csv(os.path.join(out, f"bench_n{p}.csv")):
-            key = (r["algo"], p)
-            data.setdefault(key, []).append((int(r["size"]), float(r["time_us"]) * 1e-6,
-                                             float(r["busbw"]), r["wrong"]))
-    for key, pts in data.items():
-        series[key] = [(n, bw) for n, _, bw, _ in pts]
-    plot_busbw(series, out)
+            data.setdefault((r["algo"], p), []).append((int(r["size"]), float(r["time_us"]) * 1e-6,
+                                                        float(r["busbw"]), r["wrong"]))
+    return data
+
+
+def plot_cost(exp, out):
+    """busbw_*.png of the sweep CSVs in `out`."""
+    plot_busbw({key: [(n, bw) for n, _, bw, _ in pts] for key, pts in cost_data(exp, out).items()},
+               out)
+
+
+def cost_table(exp, out, gamma, note, psar=None):
+    """table.md of the α-β-γ report from the CSVs in `out` (psar cost gives the forms)."""
+    bench = exp["bench"]
+    data = cost_data(exp, out)
     sizes = sorted({n for pts in data.values() for n, *_ in pts})
     table = costs.query(bench["ranks"], sizes, algos=sorted({a for a, _ in data}),
                         segment_bytes=bench["segment_bytes"], psar=psar)
@@ -236,7 +245,7 @@ def report_cost(exp, out, gamma, note, psar=None):
             lines.append(f"| {human(n)} | " + " | ".join(cells) + " |")
     lines += ["", READING, "", targets_section(exp, data), "", forced_section(exp, out), "",
               note, ""]
-    write_text(os.path.join(out, "table.md"), "\n".join(lines))
+    return "\n".join(lines)
 
 
 def ratio_line(p, ratios, worst_of, ok):

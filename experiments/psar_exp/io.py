@@ -26,15 +26,18 @@ def write_text(path, text):
     os.replace(tmp, path)
 
 
+def csv_text(rows, fieldnames=None):
+    """Rows (dicts) as CSV text, with the header of the first row unless given."""
+    out = io.StringIO(newline="")
+    w = csv.DictWriter(out, fieldnames=fieldnames or list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    return out.getvalue()
+
+
 def write_csv(path, rows, fieldnames=None):
     """Rows (dicts) with the header of the first row unless given."""
-    fieldnames = fieldnames or list(rows[0])
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fieldnames)
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, path)
+    write_text(path, csv_text(rows, fieldnames))
 
 
 def md_table(header, rows):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from psar_exp import ROOT
+from psar_exp.io import csv_text, read_csv
 from psar_exp.report import SchemaError
 
 
@@ -102,6 +103,21 @@ def points(exp, base_ranks=None, extra_sets=()):
         name = "_".join(str(p).replace("/", "-").replace(" ", "") for p in parts)
         out.append(Point(name, ranks, sets, {k: str(v) for k, v in combo}))
     return out
+
+
+def summary_rows(exp, out_root, points_=None):
+    """The rows of a sweep's summary.csv: each point's summary rows (from
+    out_root/<point>/summary.csv) with its run name and swept values in front."""
+    rows = []
+    for point in points_ if points_ is not None else points(exp):
+        rows += [{"run": point.name, **point.swept, **row}
+                 for row in read_csv(os.path.join(out_root, point.name, "summary.csv"))]
+    return rows
+
+
+def summary_text(exp, out_root):
+    """summary.csv of a sweep as its runs give it."""
+    return csv_text(summary_rows(exp, out_root))
 
 
 def cluster_prefix(ranks, per_host=None, name=None, slots=None):

@@ -1,0 +1,180 @@
+"""`python3 -m psar_exp check`: every results folder against its data.
+
+For each folder under results/ the registry below names what regenerates
+its tables and generated README blocks from the CSVs committed beside them
+(never by running an experiment): a sweep's summary.csv from its runs, or a
+report script's regenerate(folder, results) -> {file: text}. The check
+compares each regenerated text with the committed file and fails naming the
+file, the line and, in a table, the row and column. It also checks what the
+harness cannot regenerate but can hold to its rules: the provenance block
+is there, one that does not pin the code (uncommitted changes, several
+commits) carries the generated note that says so, and every image a
+Markdown file links to exists. A folder missing from the registry fails:
+a new folder says how it is produced.
+"""
+
+import importlib.util
+import os
+import re
+
+from psar_exp import ROOT, report, runner
+from psar_exp.io import write_text
+from psar_exp.generated import BEGIN, END, GeneratedError, blocks, difference, fill_blocks
+
+EXPERIMENTS = os.path.join(ROOT, "experiments")
+
+
+def sweep(yaml_name):
+    """A folder of experiments/run.py (or pp_measure.py): summary.csv is its
+    runs' summary rows with the swept values in front."""
+    def regenerate(folder, results):
+        exp = report.load(os.path.join(EXPERIMENTS, yaml_name + ".yaml"), "train")
+        return {"summary.csv": runner.summary_text(exp, folder)}
+    regenerate.how = f"summary.csv from the runs of experiments/{yaml_name}.yaml"
+    return regenerate
+
+
+def script(name, **kw):
+    """A folder written by experiments/<name>.py: its regenerate(folder,
+    results, **kw)."""
+    def regenerate(folder, results):
+        path = os.path.join(EXPERIMENTS, name + ".py")
+        spec = importlib.util.spec_from_file_location(f"psar_report_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.regenerate(folder, results, **kw)
+    regenerate.how = f"experiments/{name}.py regenerate()"
+    return regenerate
+
+
+def prose(reason):
+    """A folder with no generated figure: its README is prose over files
+    that are themselves the measurement; `reason` says why."""
+    def regenerate(folder, results):
+        return {}
+    regenerate.how = f"nothing generated ({reason})"
+    return regenerate
+
+
+FOLDERS = {
+    "gpt_3d": script("gpt_3d"),
+    "tuning": script("auto_tuning"),
+    "comm_volume": script("report_collectives", experiment="comm_volume"),
+    "collective_cost": script("report_collectives", experiment="collective_cost"),
+    "quickstart": sweep("quickstart"),
+    "mlp_fmnist": sweep("mlp_fmnist"),
+    "fmnist_sync": sweep("fmnist_sync"),
+    "pp_activation": sweep("pp_activation"),
+    "pp_bubble_m": sweep("pp_bubble_m"),
+    "pp_bubble_p": sweep("pp_bubble_p"),
+    "pp_gpt": sweep("pp_gpt"),
+    "pp_gpt_p4": sweep("pp_gpt_p4"),
+    "pp_interleaved_m": sweep("pp_interleaved_m"),
+    "pp_interleaved_p": sweep("pp_interleaved_p"),
+    "pp_mlp": sweep("pp_mlp"),
+    "pp_mlp_p4": sweep("pp_mlp_p4"),
+    "pp_timeline": sweep("pp_timeline"),
+    "tp_comm": sweep("tp_comm"),
+    "tp_step": sweep("tp_step"),
+}
+
+PROVENANCE = re.compile(re.escape(runner.PROVENANCE_BEGIN) + r"\n(.*?)" +
+                        re.escape(runner.PROVENANCE_END), re.S)
+IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)|\(([\w./-]+\.png)\)")
+
+
+def provenance_problems(block):
+    """What keeps a provenance block from pinning the code: uncommitted
+    changes, or more than one commit named."""
+    problems = []
+    if "uncommitted" in block or "dirty" in block:
+        problems.append("the code differed from its commit (uncommitted changes)")
+    if "not recorded" in block:
+        problems.append("part of it was not recorded")
+    commits = sorted(set(re.findall(r"\b[0-9a-f]{7,40}\b", block)))
+    heads = {c[:7] for c in commits}
+    if len(heads) > 1:
+        problems.append(f"it names {len(heads)} commits ({', '.join(sorted(heads))})")
+    return problems
+
+
+def provenance_note(problems):
+    return ("**Not pinned to one clean commit:** " + "; ".join(problems) +
+            ". The figures here may come from code that no commit holds; "
+            "re-run the command in the provenance block at a clean commit to pin them.\n")
+
+
+def readme_expected(folder, committed, regenerated, write=False):
+    """The README as the harness would write it: the generated blocks that
+    regenerated["README.md#<block>"] names filled in, and the provenance
+    note where the provenance block does not pin the code."""
+    bodies = {k.split("#", 1)[1]: v for k, v in regenerated.items() if k.startswith("README.md#")}
+    m = PROVENANCE.search(committed)
+    if m:
+        problems = provenance_problems(m.group(1))
+        if problems:
+            bodies["provenance"] = provenance_note(problems)
+            if write and "provenance" not in blocks(committed):
+                end = m.end()
+                committed = (committed[:end] + "\n\n" + BEGIN.format("provenance") + "\n" + END +
+                             committed[end:])
+    return fill_blocks(committed, bodies, os.path.join(folder, "README.md")) if bodies else committed
+
+
+def check_folder(folder, results, write=False):
+    """Differences (one line each) between `folder` and what its data gives;
+    with `write`, the regenerated texts replace the committed ones instead
+    (what each report script writes, from the same data)."""
+    name = os.path.basename(os.path.normpath(folder))
+    regen = FOLDERS.get(name)
+    if regen is None:
+        return [f"{folder}: no generator registered in psar_exp/check.py FOLDERS"]
+    problems = []
+    readme = os.path.join(folder, "README.md")
+    if not os.path.exists(readme):
+        return [f"{readme}: missing (every results folder says how it was produced)"]
+    try:
+        texts = regen(folder, results)
+    except (OSError, KeyError, ValueError, GeneratedError) as e:
+        return [f"{folder}: cannot regenerate ({regen.how}): {type(e).__name__}: {e}"]
+    with open(readme) as f:
+        committed_readme = f.read()
+    if not PROVENANCE.search(committed_readme):
+        problems.append(f"{readme}: no provenance block (psar_exp.runner.record_provenance)")
+    try:
+        texts = {**{k: v for k, v in texts.items() if "#" not in k},
+                 "README.md": texts.get("README.md") or readme_expected(folder, committed_readme, texts, write)}
+    except GeneratedError as e:
+        return problems + [str(e)]
+    for rel, text in sorted(texts.items()):
+        path = os.path.join(folder, rel)
+        if write:
+            write_text(path, text)
+            continue
+        if not os.path.exists(path):
+            problems.append(f"{path}: missing; the data gives {len(text.splitlines())} lines")
+            continue
+        with open(path, newline="") as f:
+            found = difference(path, f.read(), text)
+        if found:
+            problems.append(found)
+    for md in sorted(f for f in os.listdir(folder) if f.endswith(".md")):
+        with open(os.path.join(folder, md)) as f:
+            for m in IMAGE.finditer(f.read()):
+                target = m.group(1) or m.group(2)
+                if "://" in target or target.startswith("/"):
+                    continue
+                if not os.path.exists(os.path.join(folder, target)):
+                    problems.append(f"{os.path.join(folder, md)}: links to {target}, which is missing")
+    return problems
+
+
+def check(results=None, names=None, write=False):
+    """Problems over `names` (default: every folder under `results`)."""
+    results = results or os.path.join(ROOT, "results")
+    names = names or sorted(d for d in os.listdir(results)
+                            if os.path.isdir(os.path.join(results, d)) and d != "runs")
+    problems = []
+    for name in names:
+        problems += check_folder(os.path.join(results, name), results, write)
+    return names, problems

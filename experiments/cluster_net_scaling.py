@@ -37,7 +37,7 @@ import signal
 import statistics
 
 from psar_exp import ROOT, costs, report, runner
-from psar_exp.io import md_table, read_csv, write_csv, write_text
+from psar_exp.io import csv_text, md_table, read_csv, write_text
 from psar_exp.units import human, parse_bandwidth, parse_bytes
 
 
@@ -244,6 +244,22 @@ def _terminate(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def reports(exp, raw, psar):
+    """net_scaling.csv and net_scaling.md from the measurements under `raw`."""
+    rows = load(exp, raw, psar)
+    if not rows:
+        raise runner.RunError(f"no measurements in {raw}")
+    return {"net_scaling.csv": csv_text([{k: ("" if v is None else v) for k, v in r.items()}
+                                         for r in rows]),
+            "net_scaling.md": report_md(exp, rows, raw)}
+
+
+def regenerate(folder, results=None):
+    exp = report.load(os.path.join(ROOT, "experiments", "cluster_net_scaling.yaml"),
+                      "cluster_net_scaling")
+    return reports(exp, os.path.join(folder, "net_scaling"), runner.psar_binary())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("experiment", nargs="?",
@@ -271,13 +287,9 @@ def main():
         signal.signal(signal.SIGTERM, _terminate)
         for name in args.layout or list(known):
             measure_layout(exp, psar, raw, known[name])
-    rows = load(exp, raw, psar)
-    if not rows:
-        raise runner.RunError(f"no measurements in {raw}")
-    write_csv(os.path.join(args.out, "net_scaling.csv"),
-              [{k: ("" if v is None else v) for k, v in r.items()} for r in rows])
-    write_text(os.path.join(args.out, "net_scaling.md"), report_md(exp, rows, raw))
-    plot(exp, rows, os.path.join(args.out, "net_scaling.png"))
+    for name, text in reports(exp, raw, psar).items():
+        write_text(os.path.join(args.out, name), text)
+    plot(exp, load(exp, raw, psar), os.path.join(args.out, "net_scaling.png"))
     print(f"cluster_net_scaling.py: wrote {args.out}/net_scaling.md, .csv, .png")
 
 

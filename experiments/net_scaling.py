@@ -255,6 +255,21 @@ def plot(exp, rows, out):
         plt.close(fig)
 
 
+def reports(exp, out, psar):
+    """check.md and table.md from the CSVs and machine.txt in `out`."""
+    path = os.path.join(out, "machine.txt")
+    note = open(path).read().strip() if os.path.exists(path) else ""
+    rows = load(exp, out, psar)
+    if not rows:
+        raise runner.RunError(f"no measurements in {out}")
+    return {"check.md": check_report(exp, rows, note), "table.md": table_report(exp, rows, note)}
+
+
+def regenerate(folder, results=None):
+    return reports(report.load(os.path.join(ROOT, "experiments", "net_scaling.yaml"),
+                               "net_scaling"), folder, runner.psar_binary())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("experiment", nargs="?", default=os.path.join(ROOT, "experiments", "net_scaling.yaml"))
@@ -274,15 +289,9 @@ def main():
         note = runner.machine_note(before, args.high_priority)
         write_text(os.path.join(out, "machine.txt"), note + "\n")
         runner.record_provenance(out, before, args.high_priority)
-    else:
-        path = os.path.join(out, "machine.txt")
-        note = open(path).read().strip() if os.path.exists(path) else ""
-    rows = load(exp, out, psar)
-    if not rows:
-        raise runner.RunError(f"no measurements in {out}")
-    write_text(os.path.join(out, "check.md"), check_report(exp, rows, note))
-    write_text(os.path.join(out, "table.md"), table_report(exp, rows, note))
-    plot(exp, rows, out)
+    for name, text in reports(exp, out, psar).items():
+        write_text(os.path.join(out, name), text)
+    plot(exp, load(exp, out, psar), out)
     print(f"net_scaling.py: wrote {out}/check.md, table.md, sync_vs_n_*.png")
 
 

@@ -14,10 +14,8 @@ import sys
 from psar_exp.io import read_csv, write_text
 
 
-def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    folder = sys.argv[1].rstrip("/")
+def table(folder):
+    """sync_table.md of the runs under `folder`."""
     rows = []
     for run in sorted(os.listdir(folder)):
         path = os.path.join(folder, run)
@@ -33,7 +31,7 @@ def main():
         rows.append((summary["sync"], step_s, sync_s, sent, float(summary["test_accuracy"]),
                      float(summary["final_loss"])))
     if not rows:
-        sys.exit(f"sync_table.py: no runs under {folder}")
+        raise FileNotFoundError(f"sync_table.py: no runs under {folder}")
     lines = ["| sync | step (ms, median) | sync (ms, median) | sync share | bytes sent / rank / step | final loss | test accuracy |",
              "|---|---|---|---|---|---|---|"]
     for name, step_s, sync_s, sent, acc, loss in rows:
@@ -42,9 +40,23 @@ def main():
     lines.append("")
     lines.append("`mpi` calls MPI_Allreduce, which bypasses psar's Comm counters: its bytes read 0. "
                  "Times are medians over steps 6 and later of every rank; the host has 2 cores for 4 ranks.")
-    out = os.path.join(folder, "sync_table.md")
-    write_text(out, "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return "\n".join(lines) + "\n"
+
+
+def regenerate(folder, results=None):
+    return {"sync_table.md": table(folder)}
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    folder = sys.argv[1].rstrip("/")
+    try:
+        text = table(folder)
+    except FileNotFoundError as e:
+        sys.exit(str(e))
+    write_text(os.path.join(folder, "sync_table.md"), text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,17 @@ def script(name, **kw):
     return regenerate
 
 
+def both(*regens):
+    """Every file of each of `regens`."""
+    def regenerate(folder, results):
+        texts = {}
+        for r in regens:
+            texts.update(r(folder, results))
+        return texts
+    regenerate.how = " and ".join(r.how for r in regens)
+    return regenerate
+
+
 def prose(reason):
     """A folder with no generated figure: its README is prose over files
     that are themselves the measurement; `reason` says why."""
@@ -63,7 +74,10 @@ FOLDERS = {
     "collective_cost": script("report_collectives", experiment="collective_cost"),
     "quickstart": sweep("quickstart"),
     "mlp_fmnist": sweep("mlp_fmnist"),
-    "fmnist_sync": sweep("fmnist_sync"),
+    "fmnist_sync": both(sweep("fmnist_sync"), script("sync_table")),
+    "net_scaling": script("net_scaling"),
+    "cluster": script("cluster_net_scaling"),
+    "tp": script("tp_report"),
     "pp_activation": sweep("pp_activation"),
     "pp_bubble_m": sweep("pp_bubble_m"),
     "pp_bubble_p": sweep("pp_bubble_p"),

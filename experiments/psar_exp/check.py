@@ -78,6 +78,7 @@ FOLDERS = {
     "net_scaling": script("net_scaling"),
     "cluster": script("cluster_net_scaling"),
     "tp": script("tp_report"),
+    "simulate": script("sim_validation"),
     "pp_activation": sweep("pp_activation"),
     "pp_bubble_m": sweep("pp_bubble_m"),
     "pp_bubble_p": sweep("pp_bubble_p"),

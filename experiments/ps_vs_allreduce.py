@@ -33,7 +33,7 @@ import subprocess
 from collections import defaultdict
 
 from psar_exp import ROOT, costs, report, runner
-from psar_exp.io import read_csv, write_csv, write_text
+from psar_exp.io import csv_text, read_csv, write_csv, write_text
 from psar_exp.units import parse_bandwidth, parse_bytes, parse_seconds
 
 SHARD_LINE = re.compile(r"shard (\d+) served: payload_bytes_in=(\d+) payload_bytes_out=(\d+)")
@@ -165,8 +165,8 @@ def scaling(exp, exp_path, out_root, binary, quick, dry_run, extra_sets=(), netw
     plot_scaling(rows, os.path.join(out_root, "scaling.png"), M)
 
 
-def write_table(rows, out_root, stem, M):
-    write_csv(os.path.join(out_root, stem + ".csv"), rows)
+def scaling_md(rows, M):
+    """scaling.md of the rows of scaling.csv."""
     lines = [f"# PS vs allreduce: time per step and busiest endpoint (M = {M} parameters, "
              f"{4 * M / 2**20:.2f} MiB)", "",
              "Median over steps of the slowest rank; busiest endpoint = payload bytes in + out "
@@ -187,12 +187,35 @@ def write_table(rows, out_root, stem, M):
         f = r["formula_bytes_per_step"]
         pred = "" if r.get("predicted_sync_ms", "") == "" else f"{float(r['predicted_sync_ms']):.1f}"
         lines.append(f"| {r['network']} | {r['method']} | {r['servers']} | {r['workers']} "
-                     f"| {r['step_ms']:.1f} | {r['sync_ms']:.1f} | {float(r['sync_last_ms']):.1f} "
+                     f"| {float(r['step_ms']):.1f} | {float(r['sync_ms']):.1f} | {float(r['sync_last_ms']):.1f} "
                      f"| {pred} "
-                     f"| {r['busiest_bytes_per_step'] / 1e6:.2f} "
-                     f"| {'' if f == '' else f'{f / 1e6:.2f}'} | {r['load1']} |")
-    write_text(os.path.join(out_root, stem + ".md"), "\n".join(lines) + "\n")
-    print("\n".join(lines))
+                     f"| {int(r['busiest_bytes_per_step']) / 1e6:.2f} "
+                     f"| {'' if f == '' else f'{int(f) / 1e6:.2f}'} | {r['load1']} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(rows, out_root, stem, M):
+    write_csv(os.path.join(out_root, stem + ".csv"), rows)
+    write_text(os.path.join(out_root, stem + ".md"), scaling_md(rows, M))
+
+
+def model_params(rows):
+    """M: the parameter count, from the PS's busiest bytes at N = 1, S = 1 (2·4·M)."""
+    return max(int(r["busiest_bytes_per_step"]) for r in rows if r["method"] == "ps"
+               and int(r["workers"]) == 1 and str(r["servers"]) == "1") // 8
+
+
+def regenerate(folder, results=None):
+    exp = report.load(os.path.join(ROOT, "experiments", "ps_vs_allreduce.yaml"), "ps_vs_allreduce")
+    c = exp["experiment"]["sweep"]["consistency"]
+    net, _ = network(exp["experiment"]["sweep"]["networks"][0], exp)
+    rows = read_csv(os.path.join(folder, "scaling.csv"))
+    return {"scaling.md": scaling_md(rows, model_params(rows)),
+            **consistency_texts(consistency_curves(folder, c["workers"], c["servers"], c["models"]),
+                                c["workers"], c["servers"], net)}
+
+
+
 
 
 def plot_scaling(rows, path, M):
@@ -236,32 +259,26 @@ def plot_scaling(rows, path, M):
     fig.savefig(path, dpi=110)
 
 
-def consistency(exp, exp_path, out_root, binary, quick, dry_run):
-    c = exp["experiment"]["sweep"]["consistency"]
-    N, S = (2, 1) if quick else (c["workers"], c["servers"])
-    net, net_sets = network(exp["experiment"]["sweep"]["networks"][0], exp)
+def consistency_curves(out_root, N, S, models):
+    """{model: [(step, mean loss over workers, cumulative slowest step time)]}
+    of the consistency runs under out_root."""
     curves = {}
-    for model in c["models"]:
-        name = f"consistency_{model}_n{N}_s{S}"
-        sets = net_sets + ["sync.backend=ps", f"ps.servers={S}", f"ps.consistency={model}",
-                           f"train.steps={8 if quick else c['steps']}"]
-        print(f"[consistency] {name}", flush=True)
-        run_point(binary, exp_path, os.path.join(out_root, name), N + S, sets, dry_run)
-        if dry_run:
-            continue
+    for model in models:
         by_step = defaultdict(list)
-        for r in read_csv(os.path.join(out_root, name, "steps.csv")):
+        for r in read_csv(os.path.join(out_root, f"consistency_{model}_n{N}_s{S}", "steps.csv")):
             by_step[int(r["step"])].append(r)
         t, curve = 0.0, []
         for s in sorted(by_step):
             t += max(float(r["step_s"]) for r in by_step[s])
             curve.append((s, statistics.mean(float(r["loss"]) for r in by_step[s]), t))
         curves[model] = curve
-    if dry_run:
-        return
-    write_csv(os.path.join(out_root, "consistency.csv"),
-              [{"consistency": model, "step": s, "loss": f"{loss:.6f}", "time_s": f"{t:.4f}"}
-               for model, curve in curves.items() for s, loss, t in curve])
+    return curves
+
+
+def consistency_texts(curves, N, S, net):
+    """consistency.csv and consistency.md of consistency_curves()."""
+    table = csv_text([{"consistency": model, "step": s, "loss": f"{loss:.6f}", "time_s": f"{t:.4f}"}
+                      for model, curve in curves.items() for s, loss, t in curve])
     lines = [f"# SSP and ASP against BSP (N = {N} workers, S = {S} shard, network {net})", "",
              "Loss: mean over workers of each worker's batch loss (last 10 steps averaged); "
              "time: sum over steps of the slowest worker's step time.", "",
@@ -270,8 +287,25 @@ def consistency(exp, exp_path, out_root, binary, quick, dry_run):
         tail = statistics.mean(l for _, l, _ in curve[-10:])
         lines.append(f"| {model} | {len(curve)} | {tail:.4f} | {curve[-1][2]:.2f} "
                      f"| {len(curve) / curve[-1][2]:.1f} |")
-    write_text(os.path.join(out_root, "consistency.md"), "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return {"consistency.csv": table, "consistency.md": "\n".join(lines) + "\n"}
+
+
+def consistency(exp, exp_path, out_root, binary, quick, dry_run):
+    c = exp["experiment"]["sweep"]["consistency"]
+    N, S = (2, 1) if quick else (c["workers"], c["servers"])
+    net, net_sets = network(exp["experiment"]["sweep"]["networks"][0], exp)
+    for model in c["models"]:
+        name = f"consistency_{model}_n{N}_s{S}"
+        sets = net_sets + ["sync.backend=ps", f"ps.servers={S}", f"ps.consistency={model}",
+                           f"train.steps={8 if quick else c['steps']}"]
+        print(f"[consistency] {name}", flush=True)
+        run_point(binary, exp_path, os.path.join(out_root, name), N + S, sets, dry_run)
+    if dry_run:
+        return
+    curves = consistency_curves(out_root, N, S, c["models"])
+    for name, text in consistency_texts(curves, N, S, net).items():
+        write_text(os.path.join(out_root, name), text)
+    print(open(os.path.join(out_root, "consistency.md")).read())
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -316,8 +350,7 @@ def main():
             r.update(workers=int(r["workers"]), step_ms=float(r["step_ms"]),
                      sync_ms=float(r["sync_ms"]),
                      busiest_bytes_per_step=int(r["busiest_bytes_per_step"]))
-        M = max(r["busiest_bytes_per_step"] for r in rows if r["method"] == "ps"
-                and r["workers"] == 1 and r["servers"] == "1") // 8
+        M = model_params(rows)
         plot_scaling(rows, os.path.join(out_root, "scaling.png"), M)
         return
     binary = None if args.dry_run else runner.psar_binary()

@@ -169,12 +169,37 @@ def modes(exp, exp_path, out_root, binary, quick, dry_run, backends=None):
     write_csv(os.path.join(out_root, "modes.csv"), rows,
               list(rows[0].keys()) + ["exposed_vs_plain_sync", "step_vs_max_plain",
                                       "targets_met"])
+    write_text(os.path.join(out_root, "modes.md"),
+               modes_md(read_csv(os.path.join(out_root, "modes.csv"))))
+
+
+def modes_md(rows):
+    """modes.md of the rows of modes.csv."""
     header = ["network", "N", "backend", "mode", "step ms", "compute ms", "sync ms",
               "exposed ms", "exposed / plain sync", "step / max(plain compute, sync)", "targets"]
     table = [[r["network"], r["ranks"], r["backend"], r["mode"], r["step_ms"], r["compute_ms"],
               r["sync_ms"], r["exposed_ms"], r.get("exposed_vs_plain_sync", ""),
               r.get("step_vs_max_plain", ""), r.get("targets_met", "")] for r in rows]
-    write_text(os.path.join(out_root, "modes.md"), md_table(header, table))
+    return md_table(header, table)
+
+
+def buckets_md(rows, sizes, backends):
+    """buckets.md of the rows of buckets.csv."""
+    by_backend = defaultdict(dict)
+    for r in rows:
+        by_backend[r["backend"]][r["bucket"]] = r
+    header = ["backend"] + [f"{s} step / exposed ms" for s in sizes]
+    table = [[b] + [f"{by_backend[b][s]['step_ms']} / {by_backend[b][s]['exposed_ms']}"
+                    for s in sizes] for b in backends]
+    return md_table(header, table)
+
+
+def regenerate(folder, results=None):
+    exp = report.load(os.path.join(ROOT, "experiments", "overlap.yaml"), "train")
+    spec = exp["experiment"]["sweep"]["buckets"]
+    return {"modes.md": modes_md(read_csv(os.path.join(folder, "modes.csv"))),
+            "buckets.md": buckets_md(read_csv(os.path.join(folder, "buckets.csv")),
+                                     spec["sizes"], spec["backends"])}
 
 
 def buckets(exp, exp_path, out_root, binary, quick, dry_run):
@@ -201,13 +226,8 @@ def buckets(exp, exp_path, out_root, binary, quick, dry_run):
                      "sync_ms": ms(s["sync_s"]), "exposed_ms": ms(s["exposed_sync_s"]),
                      "load1_median": round(statistics.median(loads[key]), 2)})
     write_csv(os.path.join(out_root, "buckets.csv"), rows)
-    by_backend = defaultdict(dict)
-    for r in rows:
-        by_backend[r["backend"]][r["bucket"]] = r
-    header = ["backend"] + [f"{s} step / exposed ms" for s in sizes]
-    table = [[b] + [f"{by_backend[b][s]['step_ms']} / {by_backend[b][s]['exposed_ms']}"
-                    for s in sizes] for b in spec["backends"]]
-    write_text(os.path.join(out_root, "buckets.md"), md_table(header, table))
+    write_text(os.path.join(out_root, "buckets.md"),
+               buckets_md(read_csv(os.path.join(out_root, "buckets.csv")), sizes, spec["backends"]))
     plot_buckets(rows, os.path.join(out_root, "buckets.png"), spec)
 
 

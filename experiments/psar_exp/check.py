@@ -80,6 +80,7 @@ FOLDERS = {
     "tp": script("tp_report"),
     "simulate": script("sim_validation"),
     "ps_vs_allreduce": script("ps_vs_allreduce"),
+    "overlap": script("overlap"),
     "pp_activation": sweep("pp_activation"),
     "pp_bubble_m": sweep("pp_bubble_m"),
     "pp_bubble_p": sweep("pp_bubble_p"),

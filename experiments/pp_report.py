@@ -22,6 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from psar_exp import runner  # noqa: E402
 from psar_exp.io import md_table as table  # noqa: E402
 from psar_exp.io import read_csv, write_text  # noqa: E402
 
@@ -280,6 +281,10 @@ def main():
     drawn = timelines(args.results, out)
     if drawn:
         doc += ["## Timelines (p = 4, m = 8)\n"] + [f"![]({png})\n" for png in drawn]
+    doc += [runner.PROVENANCE_BEGIN, "## Produced by\n",
+            "Command: `experiments/pp_report.py`, from the committed runs of results/pp_* alone; "
+            "the command, commit and machine state of each run are in that folder's README.md.",
+            runner.PROVENANCE_END, ""]
     write_text(os.path.join(out, "README.md"), "\n".join(doc))
     print(f"pp_report.py: -> {out}/README.md")
 

@@ -22,6 +22,8 @@ def main(argv=None):
     c.add_argument("folders", nargs="*", help="folder names under the results root (default: all)")
     args = ap.parse_args(argv)
     names, problems = check.check(args.results, args.folders or None, args.write)
+    for name, reason in check.unchecked_folders(names):
+        print(f"not regenerated: {name} ({reason})")
     for p in problems:
         print(p)
     print(f"psar_exp check: {len(names)} folder(s), "

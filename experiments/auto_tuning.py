@@ -5,7 +5,9 @@ allreduce --tuning` runs every host algorithm and `auto` in the same run,
 three times per np; per size, auto's median time beside the best fixed
 algorithm's and mpi's (docs/algorithms.md, "Tuning").
 
-    experiments/auto_tuning.py [--out results/tuning] [--runs 3] [--np 2,4,8]
+    experiments/auto_tuning.py [--reference | --exploratory] [--out DIR] [--runs 3] [--np 2,4,8]
+
+Writes runs/tuning, or results/tuning with --reference.
 
 table.md comes from the committed bench_np*_run*.csv alone (regenerate();
 python3 -m psar_exp check holds it to them).
@@ -17,9 +19,9 @@ import glob
 import re
 import statistics
 
-from psar_exp import ROOT
 from psar_exp.io import md_table, read_csv, write_text
-from psar_exp.runner import machine_state, main_guard, mpirun_prefix, psar_binary, record_provenance, run
+from psar_exp.runner import (add_output_flags, begin, main_guard, mpirun_prefix, output_root,
+                             psar_binary, record_provenance, run)
 
 SWEEP = ["-b", "4K", "-e", "64M", "-f", "4", "-n", "10", "-w", "3"]
 # The table is measured longer than a comparison run: more rounds, so that its
@@ -98,14 +100,16 @@ def regenerate(folder, results=None):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(ROOT, "results", "tuning"))
+    ap.add_argument("--out", help="default: runs/tuning, or results/tuning with --reference")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--np", default="2,4,8")
+    add_output_flags(ap)
     args = ap.parse_args()
+    args.out = args.out or os.path.join(output_root(args), "tuning")
     psar = psar_binary()
+    state = begin(args.out, args.exploratory, psar, reference=args.reference)
     os.makedirs(args.out, exist_ok=True)
     tuning = os.path.join(args.out, "tuning.csv")
-    before = machine_state()
     ranks = [int(x) for x in args.np.split(",")]
     for old in glob.glob(os.path.join(args.out, "bench_np*_run*.csv")):
         os.remove(old)
@@ -117,7 +121,7 @@ def main():
                                     "--csv", os.path.join(args.out, f"bench_np{n}_run{r + 1}.csv")])
     text = table(args.out)
     write_text(os.path.join(args.out, "table.md"), text)
-    record_provenance(args.out, before)
+    record_provenance(args.out, state)
     print(text)
 
 

@@ -58,8 +58,9 @@ def ps_cmd(psar, ps, S, csv, sets=()):
     return cmd
 
 
-def measure_layout(exp, psar, raw, lay):
-    """One layout on the cluster, then (K = 1) under the emulator."""
+def measure_layout(exp, psar, raw, lay, prov):
+    """One layout on the cluster, then (K = 1) under the emulator; `prov`
+    is the run's runner.begin()."""
     H, K = lay["hosts"], lay["per_host"]
     N, name = H * K, layout_name(lay)
     ar, ps, cl = exp["allreduce"], exp["ps"], exp["cluster"]
@@ -87,7 +88,8 @@ def measure_layout(exp, psar, raw, lay):
                 psar, ps, S, os.path.join(raw, f"emulator_ps_{name}_s{S}.csv"), sets))
     state = {"layout": name, "load_before": before["load"], "load_after": os.getloadavg()[0],
              "steal": runner.steal_share(before["cpu"], runner.cpu_times()),
-             "commit": runner.commit()}
+             "commit": (prov["commit"] or "unknown")[:12] +
+             (" (exploratory: " + "; ".join(prov["problems"]) + ")" if prov["problems"] else "")}
     write_text(os.path.join(raw, f"machine_{name}.json"), json.dumps(state) + "\n")
 
 
@@ -267,10 +269,12 @@ def main():
     ap.add_argument("--psar", default=None)
     ap.add_argument("--layout", action="append", default=[],
                     help="measure only this layout (HxK, repeatable); default: all")
-    ap.add_argument("--out", default=os.path.join(ROOT, "results", "cluster"))
+    ap.add_argument("--out", help="default: runs/cluster, or results/cluster with --reference")
     ap.add_argument("--raw", default=None)
     ap.add_argument("--reuse", action="store_true")
+    runner.add_output_flags(ap)
     args = ap.parse_args()
+    args.out = args.out or os.path.join(runner.output_root(args), "cluster")
     exp = report.load(args.experiment, "cluster_net_scaling")
     psar = runner.psar_binary(args.psar)
     raw = args.raw or os.path.join(args.out, "net_scaling")
@@ -285,8 +289,9 @@ def main():
             raise runner.RunError("the virtual cluster needs root (scripts/cluster.sh)")
         # A TERM must still take the cluster down (measure_layout's finally).
         signal.signal(signal.SIGTERM, _terminate)
+        prov = runner.begin(args.out, args.exploratory, psar, reference=args.reference)
         for name in args.layout or list(known):
-            measure_layout(exp, psar, raw, known[name])
+            measure_layout(exp, psar, raw, known[name], prov)
     for name, text in reports(exp, raw, psar).items():
         write_text(os.path.join(args.out, name), text)
     plot(exp, load(exp, raw, psar), os.path.join(args.out, "net_scaling.png"))

@@ -13,11 +13,10 @@ per-axis time (docs/parallelism_3d.md, docs/network.md).
 import argparse
 import os
 import statistics
-import subprocess
 
 from psar_exp import ROOT
 from psar_exp.io import md_table, read_csv, write_text
-from psar_exp.runner import psar_binary, run
+from psar_exp.runner import add_output_flags, begin, output_root, psar_binary, run
 
 ORDERS = {"tp-dp-pp": "TP pairs inside each host", "pp-tp-dp": "TP pairs across the hosts"}
 WARMUP = 2
@@ -36,9 +35,12 @@ def summarize(folder):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--out", default=os.path.join(ROOT, "results", "cluster", "placement"))
+    ap.add_argument("--out", help="default: runs/cluster/placement, or results/... with --reference")
+    add_output_flags(ap)
     args = ap.parse_args()
+    args.out = args.out or os.path.join(output_root(args), "cluster", "placement")
     psar = psar_binary()
+    state = begin(args.out, args.exploratory, psar, reference=args.reference)
     exp = os.path.join(ROOT, "experiments", "gpt_3d.yaml")
     cluster = os.path.join(ROOT, "scripts", "cluster.sh")
     load = [os.getloadavg()[0]]
@@ -52,8 +54,7 @@ def main():
                  "--set", "train.steps=12"])
             got[order].append(summarize(out))
     load.append(os.getloadavg()[0])
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
+    commit = (state["commit"] or "unknown")[:12] + (" (exploratory)" if state["problems"] else "")
     rows = []
     for order, runs in got.items():
         med = {k: statistics.median(x[k] for x in runs) for k in runs[0]}

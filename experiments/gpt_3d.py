@@ -5,7 +5,7 @@ measured bubble beside (p − 1)/m and the notes' two forms of it, and the
 per-axis traffic (axes.csv) beside its formulas; then scatter/gather on and
 off for t = 2 and 4 at 1 Gbit/s (docs/parallelism_3d.md).
 
-    experiments/gpt_3d.py [--out results/gpt_3d] [--steps 12] [--reuse]
+    experiments/gpt_3d.py [--reference | --exploratory] [--out DIR] [--steps 12] [--reuse]
 
 The model is experiments/gpt_3d.yaml: 8 blocks, d_model 64, 8 heads,
 context 32, on Debian's fortunes corpus; global batch B = 32 in
@@ -18,10 +18,10 @@ import os
 import statistics
 
 from psar_exp import ROOT
-from psar_exp.generated import fill_blocks
+from psar_exp.generated import update_readme
 from psar_exp.io import csv_text, md_table, read_csv, write_text
-from psar_exp.runner import (machine_state, main_guard, mpirun_prefix, psar_binary,
-                              record_provenance, run)
+from psar_exp.runner import (add_output_flags, begin, main_guard, mpirun_prefix, output_root,
+                              psar_binary, record_provenance, run)
 
 B, MICRO = 32, 2
 NETWORKS = {"off": [], "1Gbit": ["net.bandwidth=1Gbit", "net.latency=50us"]}
@@ -254,26 +254,26 @@ def regenerate(folder, results=None):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(ROOT, "results", "gpt_3d"))
+    ap.add_argument("--out", help="default: runs/gpt_3d, or results/gpt_3d with --reference")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--reuse", action="store_true", help="rebuild the tables from existing runs")
+    add_output_flags(ap)
     args = ap.parse_args()
+    out = args.out or os.path.join(output_root(args), "gpt_3d")
     exp = os.path.join(ROOT, "experiments", "gpt_3d.yaml")
-    load_before = machine_state()
     if not args.reuse:
         psar = psar_binary()
+        state = begin(out, args.exploratory, psar, reference=args.reference)
         for _, n, net, sg, p, t, d in run_plan():
-            train(psar, exp, os.path.join(args.out, "runs", run_name(p, t, d, net, sg)),
+            train(psar, exp, os.path.join(out, "runs", run_name(p, t, d, net, sg)),
                   p, t, d, net, sg, args.steps)
-    texts = regenerate(args.out)
-    readme = os.path.join(args.out, "README.md")
-    with open(readme) as f:
-        write_text(readme, fill_blocks(f.read(), {"reading": texts.pop("README.md#reading")}))
+    texts = regenerate(out)
+    update_readme(out, {"reading": texts.pop("README.md#reading")})
     for name, text in texts.items():
-        write_text(os.path.join(args.out, name), text)
+        write_text(os.path.join(out, name), text)
     if not args.reuse:
-        record_provenance(args.out, load_before)
-    print(f"wrote {os.path.join(args.out, 'tables.md')}")
+        record_provenance(out, state)
+    print(f"wrote {os.path.join(out, 'tables.md')}")
 
 
 if __name__ == "__main__":

@@ -195,7 +195,7 @@ def buckets_md(rows, sizes, backends):
 
 
 def regenerate(folder, results=None):
-    exp = report.load(os.path.join(ROOT, "experiments", "overlap.yaml"), "train")
+    exp = report.load(os.path.join(ROOT, "experiments", "overlap.yaml"), "overlap")
     spec = exp["experiment"]["sweep"]["buckets"]
     return {"modes.md": modes_md(read_csv(os.path.join(folder, "modes.csv"))),
             "buckets.md": buckets_md(read_csv(os.path.join(folder, "buckets.csv")),
@@ -274,7 +274,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("experiment", nargs="?",
                     default=os.path.join(ROOT, "experiments", "overlap.yaml"))
-    ap.add_argument("--results", default=os.path.join(ROOT, "results"))
+    ap.add_argument("--results", help="default: runs/, or results/ with --reference")
+    runner.add_output_flags(ap)
     ap.add_argument("--only", choices=["modes", "buckets", "timeline"], help="run one part")
     ap.add_argument("--quick", action="store_true", help="one repeat, 8 steps: a smoke test")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
@@ -283,10 +284,12 @@ def main():
     ap.add_argument("--name", help="results folder name instead of experiment.name")
     args = ap.parse_args()
     exp = report.load(args.experiment, "overlap")
-    out_root = os.path.join(args.results, args.name or exp["experiment"]["name"])
+    out_root = os.path.join(args.results or runner.output_root(args),
+                            args.name or exp["experiment"]["name"])
     os.makedirs(out_root, exist_ok=True)
     binary = None if args.dry_run else runner.psar_binary()
-    before = runner.machine_state()
+    if not args.dry_run:
+        state = runner.begin(out_root, args.exploratory, binary, reference=args.reference)
     if args.only in (None, "modes"):
         modes(exp, args.experiment, out_root, binary, args.quick, args.dry_run,
               args.backends.split(",") if args.backends else None)
@@ -295,7 +298,7 @@ def main():
     if args.only in (None, "timeline"):
         timeline(exp, args.experiment, out_root, binary, args.dry_run)
     if not args.dry_run:
-        runner.record_provenance(out_root, before)
+        runner.record_provenance(out_root, state)
 
 
 if __name__ == "__main__":

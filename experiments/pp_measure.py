@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Runs the measured pipeline experiments (experiments/pp_*.yaml) point by
 point like experiments/run.py — same commands, same run directories under
-results/<experiment>/, same summary.csv — but on a quiet CPU: a pipeline's
+runs/<experiment>/ (results/ with --reference), same summary.csv — but on a quiet CPU: a pipeline's
 bubble is idle time, and a rank that wakes late because other jobs hold the
 cores is measured as bubble. Before each point it waits (up to --wait
 seconds) until Linux's CPU pressure (/proc/pressure/cpu, "some avg10": the
@@ -12,6 +12,7 @@ quietest run (the MLP and the GPT, whose ranks compute on the cores, runs once).
 it beside the bubble. Ends with pp_report.py.
 
     experiments/pp_measure.py [EXPERIMENT ...] [--quiet 10] [--tries 3] [--wait 600]
+                              [--reference | --exploratory] [--results DIR]
 
 EXPERIMENT names a yaml under experiments/ (pp_bubble_m, ...); default: all
 of pp_bubble_m pp_interleaved_m pp_bubble_p pp_interleaved_p pp_activation
@@ -82,16 +83,19 @@ def main():
     ap.add_argument("--quiet", type=float, default=10.0, help="CPU pressure limit, percent")
     ap.add_argument("--tries", type=int, default=3)
     ap.add_argument("--wait", type=float, default=600, help="seconds to wait for quiet per try")
-    ap.add_argument("--results", default=os.path.join(os.path.dirname(HERE), "results"))
+    ap.add_argument("--results", help="default: runs/, or results/ with --reference")
+    runner.add_output_flags(ap)
     args = ap.parse_args()
+    args.results = args.results or runner.output_root(args)
     binary = runner.psar_binary()
+    state = runner.begin(args.results, args.exploratory, binary, reference=args.reference)
     nice = ["nice", "-n", "-10"] if os.geteuid() == 0 else []
     for name in args.experiments:
         path = os.path.join(HERE, name + ".yaml")
         exp = report.load(path, "train")
         out_root = os.path.join(args.results, exp["experiment"]["name"])
         os.makedirs(out_root, exist_ok=True)
-        before = runner.machine_state()
+        state.update(runner.machine_state())
         points = runner.points(exp)
         for i, point in enumerate(points, 1):
             out = os.path.join(out_root, point.name)
@@ -100,7 +104,7 @@ def main():
             run_point(cmd, out, args.quiet, 1 if name in COMPUTE_BOUND else args.tries, args.wait)
         write_csv(os.path.join(out_root, "summary.csv"),
                   runner.summary_rows(exp, out_root, points))
-        runner.record_provenance(out_root, before)
+        runner.record_provenance(out_root, state)
     subprocess.run([sys.executable, os.path.join(HERE, "pp_report.py"), "--results", args.results],
                    check=True)
 

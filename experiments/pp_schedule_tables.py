@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 
+from psar_exp import runner
 from psar_exp.io import md_table as table
 from psar_exp.io import write_text
 
@@ -55,11 +56,14 @@ def kind_v(kind, v):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--psar", default="build/trainer/psar")
-    ap.add_argument("--out", default="results/pp_schedules")
+    ap.add_argument("--psar", default=None, help="default: $PSAR_BIN, else build/trainer/psar")
+    ap.add_argument("--out", help="default: runs/pp_schedules, or results/pp_schedules with --reference")
+    runner.add_output_flags(ap)
     args = ap.parse_args()
+    args.out = args.out or os.path.join(runner.output_root(args), "pp_schedules")
+    psar = runner.psar_binary(args.psar)
+    state = runner.begin(args.out, args.exploratory, psar, reference=args.reference)
     os.makedirs(args.out, exist_ok=True)
-    psar = args.psar
 
     vs_m = [bubble_row(psar, k, 4, m, kind_v(k, 2)) for k in SCHEDULES for m in (4, 8, 16, 32, 64)]
     vs_p = [bubble_row(psar, k, p, 16, kind_v(k, 2)) for k in SCHEDULES for p in (2, 4, 8, 16)]
@@ -114,6 +118,7 @@ def main():
         table(["schedule", "v", "m", "simulated, stages 0..3", "formula", "equal"], peaks),
     ]
     write_text(os.path.join(args.out, "README.md"), "\n".join(md))
+    runner.record_provenance(args.out, state)
 
     with open(os.path.join(args.out, "grids.txt"), "w") as f:
         for kind in SCHEDULES:

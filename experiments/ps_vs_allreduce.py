@@ -329,7 +329,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("experiment", nargs="?",
                     default=os.path.join(ROOT, "experiments", "ps_vs_allreduce.yaml"))
-    ap.add_argument("--results", default=os.path.join(ROOT, "results"))
+    ap.add_argument("--results", help="default: runs/, or results/ with --reference")
+    runner.add_output_flags(ap)
     ap.add_argument("--quick", action="store_true", help="N = 1, 2 and 8 steps: a smoke test")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     ap.add_argument("--only", choices=["scaling", "consistency"], help="run one part")
@@ -342,7 +343,8 @@ def main():
     ap.add_argument("--name", help="results folder name instead of experiment.name")
     args = ap.parse_args()
     exp = report.load(args.experiment, "ps_vs_allreduce")
-    out_root = os.path.join(args.results, args.name or exp["experiment"]["name"])
+    out_root = os.path.join(args.results or runner.output_root(args),
+                            args.name or exp["experiment"]["name"])
     os.makedirs(out_root, exist_ok=True)
     if args.replot:
         rows = read_csv(os.path.join(out_root, "scaling.csv"))
@@ -354,14 +356,15 @@ def main():
         plot_scaling(rows, os.path.join(out_root, "scaling.png"), M)
         return
     binary = None if args.dry_run else runner.psar_binary()
-    before = runner.machine_state()
+    if not args.dry_run:
+        state = runner.begin(out_root, args.exploratory, binary, reference=args.reference)
     if args.only != "consistency":
         scaling(exp, args.experiment, out_root, binary, args.quick, args.dry_run, args.set,
                 args.networks.split(",") if args.networks else None)
     if args.only != "scaling":
         consistency(exp, args.experiment, out_root, binary, args.quick, args.dry_run)
     if not args.dry_run:
-        runner.record_provenance(out_root, before)
+        runner.record_provenance(out_root, state)
 
 
 if __name__ == "__main__":

@@ -58,25 +58,27 @@ def main():
     ap.add_argument("experiment")
     ap.add_argument("--psar", default=os.environ.get("PSAR_BIN", os.path.join(ROOT, "build", "trainer", "psar")))
     ap.add_argument("--bench-reduce", default=os.path.join(ROOT, "build", "bench", "bench_reduce"))
-    ap.add_argument("--out", help="default results/<experiment.name>")
+    ap.add_argument("--out", help="default runs/<experiment.name>, or results/... with --reference")
     ap.add_argument("--reuse", action="store_true", help="re-report from the CSVs in --out")
     ap.add_argument("--high-priority", action="store_true",
                     help="run the benchmarks at autogroup nice -19 (root; for a shared host)")
+    runner.add_output_flags(ap)
     args = ap.parse_args()
     exp = report.load(args.experiment)
     kind = exp.get("report")
     if kind not in ("volume", "cost"):
         raise report.SchemaError(f"{args.experiment}: report: expected volume or cost")
     psar = runner.psar_binary(args.psar)
-    out = args.out or os.path.join(ROOT, "results", exp["experiment"]["name"])
+    out = args.out or os.path.join(runner.output_root(args), exp["experiment"]["name"])
+    if not args.reuse:
+        state = runner.begin(out, args.exploratory, psar, reference=args.reference)
     os.makedirs(out, exist_ok=True)
-    load = runner.machine_state()
     start = time.time()
     note_file = os.path.join(out, "run_note.txt")  # the conditions of the runs, kept for --reuse
     if kind == "volume":
         if not args.reuse:
             collectives.report_volume(exp, psar, out, args.high_priority)
-            runner.record_provenance(out)
+            runner.record_provenance(out, state)
     else:
         gamma_file = os.path.join(out, "gamma.txt")
         if not args.reuse:
@@ -84,8 +86,8 @@ def main():
             collectives.run_forced_mpi(exp, psar, out, args.high_priority)
             gamma = collectives.measure_gamma(args.bench_reduce, args.high_priority)
             write_text(gamma_file, f"{gamma:.6e}\n")
-            write_text(note_file, runner.machine_note(load, args.high_priority) + "\n")
-            runner.record_provenance(out, load, args.high_priority)
+            write_text(note_file, runner.provenance_text(state, args.high_priority) + "\n")
+            runner.record_provenance(out, state, args.high_priority)
         collectives.plot_cost(exp, out)
     write_text(os.path.join(out, "table.md"), report_text(exp, out, psar))
     print(f"report_collectives.py: {out}/table.md ({time.time() - start:.0f} s)")

@@ -7,14 +7,16 @@ N = 2, 4, 8), tensor parallelism (t = 2, 4), every pipeline schedule and a
 compute rate measured in that same run.
 
     experiments/sim_validation.py measure [--rows a,b] [--repeat 2] [--batch-s 540]
-    experiments/sim_validation.py report
+                                          [--reference | --exploratory]
+    experiments/sim_validation.py report [--reference]
 
 `measure` runs psar train --repeat times for every row (or the named ones)
-into results/simulate/validation_runs/<row>/r<i>/, the repeats of a row
+into runs/simulate/validation_runs/<row>/r<i>/ (results/simulate/ with
+--reference), the repeats of a row
 back to back, holding /tmp/psar-measure.lock per
 batch of rows (a batch ends once it has run for --batch-s seconds), and
 notes each batch's machine state in runs.json. `report` simulates every
-measured row and writes results/simulate/validation.{md,csv,png}.
+measured row and writes validation.{md,csv,png} beside validation_runs/.
 
 What is measured: the median over the steps of all repeats (the first
 WARMUP of each dropped) of the slowest rank's step_s. The calibration, the only input taken from the run:
@@ -39,11 +41,11 @@ import time
 from psar_exp import ROOT
 from psar_exp.generated import fill_blocks
 from psar_exp.io import csv_text, md_table, read_csv, write_text
-from psar_exp.runner import (RunError, cpu_times, machine_state, main_guard,
-                              mpirun_prefix, psar_binary, record_provenance, run, steal_share)
+from psar_exp.runner import (RunError, add_output_flags, begin, cpu_times, machine_state,
+                              main_guard, mpirun_prefix, output_root, psar_binary,
+                              record_provenance, run, steal_share)
 
-OUT = os.path.join(ROOT, "results", "simulate")
-RUNS = os.path.join(OUT, "validation_runs")
+RUNS = "validation_runs"  # under the output folder: runs/simulate, or results/simulate
 SIM_CONFIG = os.path.join(ROOT, "experiments", "simulate", "validation_gpt_dp.yaml")
 TRAIN_CONFIG = os.path.join(ROOT, "experiments", "gpt_tiny.yaml")
 LOCK = "/tmp/psar-measure.lock"
@@ -93,12 +95,19 @@ def sets_args(sets):
     return args
 
 
+def out_folder(args):
+    return os.path.join(output_root(args), "simulate")
+
+
 def measure(args):
     psar = psar_binary()
+    out_root = out_folder(args)
+    prov = begin(out_root, args.exploratory, psar, reference=args.reference)
+    runs = os.path.join(out_root, RUNS)
     wanted = set(args.rows.split(",")) if args.rows else None
     todo = [r for r in rows() if wanted is None or r[0] in wanted]
-    os.makedirs(RUNS, exist_ok=True)
-    log_path = os.path.join(RUNS, "runs.json")
+    os.makedirs(runs, exist_ok=True)
+    log_path = os.path.join(runs, "runs.json")
     log = json.load(open(log_path)) if os.path.exists(log_path) else {}
     first = None
     while todo:
@@ -112,7 +121,7 @@ def measure(args):
                 state = machine_state()
                 try:
                     for i in range(args.repeat):
-                        out = os.path.join(RUNS, name, f"r{i}")
+                        out = os.path.join(runs, name, f"r{i}")
                         cmd = mpirun_prefix(ranks) + [psar, "train", TRAIN_CONFIG, "--out", out,
                                                       "--quiet"] + sets_args(MODEL + NET + train_sets)
                         run(cmd, high_priority=True)
@@ -132,13 +141,13 @@ def measure(args):
             if args.lock:
                 fcntl.flock(lock, fcntl.LOCK_UN)
         print(f"batch done in {time.monotonic() - t0:.0f} s")
-    readme = os.path.join(RUNS, "README.md")
+    readme = os.path.join(runs, "README.md")
     if not os.path.exists(readme):
         write_text(readme, "# validation_runs\n\nThe psar train runs of "
                    "`/usr/bin/python3 experiments/sim_validation.py measure` (results/simulate/"
                    "validation.md): one folder per row, r0, r1 the repeats; runs.json holds each "
                    "row's command and the load before and after it.\n")
-    record_provenance(RUNS, first)
+    record_provenance(runs, {**prov, **first})
 
 
 def simulate(psar, sets):
@@ -191,7 +200,7 @@ def measured(row_dir):
 def validation(folder, psar):
     """validation.csv, validation.md and validation_notes.md from the runs
     under folder/validation_runs and the simulator (`psar simulate`)."""
-    runs = os.path.join(folder, "validation_runs")
+    runs = os.path.join(folder, RUNS)
     log = json.load(open(os.path.join(runs, "runs.json")))
     table, csv_rows, tp_predicted = [], [], {}
     for name, label, ranks, _, sim_sets in rows():
@@ -234,11 +243,14 @@ def validation(folder, psar):
             md_table(["run", "ranks", "load (1 min)", "R (FLOP/s per rank)",
                       "measured step s (median; min–max)", "predicted s", "error"], table) +
             f"\n{inside} of {len(csv_rows)} rows within {100 * TARGET:.0f} % (✗: outside).\n")
-    with open(os.path.join(folder, "validation_notes.md")) as f:
-        notes = fill_blocks(f.read(), note_blocks(csv_rows, tp_predicted, runs, log),
-                            "validation_notes.md")
-    return {"validation.csv": csv_text(csv_rows), "validation.md": text + "\n" + notes,
-            "validation_notes.md": notes}
+    texts = {"validation.csv": csv_text(csv_rows), "validation.md": text}
+    notes_path = os.path.join(folder, "validation_notes.md")
+    if os.path.exists(notes_path):  # the hand-written reading, its figures generated
+        with open(notes_path) as f:
+            notes = fill_blocks(f.read(), note_blocks(csv_rows, tp_predicted, runs, log),
+                                notes_path)
+        texts.update({"validation.md": text + "\n" + notes, "validation_notes.md": notes})
+    return texts
 
 
 def tp_allreduces(runs, name):
@@ -347,16 +359,18 @@ def main():
     m.add_argument("--repeat", type=int, default=2, help="runs per row")
     m.add_argument("--batch-s", type=float, default=540,
                    help="seconds after which a batch releases the measurement lock")
-    sub.add_parser("report")
+    add_output_flags(m)
+    add_output_flags(sub.add_parser("report"))
     sub.add_parser("list")
     args = ap.parse_args()
     if args.cmd == "measure":
         measure(args)
     elif args.cmd == "report":
-        for name, text in validation(OUT, psar_binary()).items():
-            write_text(os.path.join(OUT, name), text)
-        with open(os.path.join(OUT, "validation.csv")) as f:
-            plot(list(csv.DictReader(f)), os.path.join(OUT, "validation.png"))
+        out_root = out_folder(args)
+        for name, text in validation(out_root, psar_binary()).items():
+            write_text(os.path.join(out_root, name), text)
+        with open(os.path.join(out_root, "validation.csv")) as f:
+            plot(list(csv.DictReader(f)), os.path.join(out_root, "validation.png"))
     else:
         for r in rows():
             print(r[0], r[2], " ".join(r[3]))

@@ -27,7 +27,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from psar_exp import ROOT  # noqa: E402
 from psar_exp.io import md_table, write_text  # noqa: E402
-from psar_exp.runner import machine_state, psar_binary, record_provenance  # noqa: E402
+from psar_exp.runner import (add_output_flags, begin, output_root, psar_binary,  # noqa: E402
+                             record_provenance)
 
 CONFIGS = os.path.join(ROOT, "experiments", "simulate")
 CALIBRATION_ROW = "megatron_145p6b"
@@ -88,16 +89,17 @@ def gpt(layers, hidden, heads, nodes, t, p, batch, b, schedule="1f1b", v=1, sg=F
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(ROOT, "results", "simulate"))
+    ap.add_argument("--out", help="default: runs/simulate, or results/simulate with --reference")
+    add_output_flags(ap)
     args = ap.parse_args()
+    args.out = args.out or os.path.join(output_root(args), "simulate")
     psar = psar_binary()
-    before = machine_state()
+    state = begin(args.out, args.exploratory, psar, reference=args.reference)
     os.makedirs(args.out, exist_ok=True)
     paper_cal = next(r[6] for r in MEGATRON if r[0] == CALIBRATION_ROW)
     eff = calibrate(psar, paper_cal)
     cal = [f"cluster.gpu.gemm_efficiency={eff:.6f}"]
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
+    commit = (state["commit"] or "unknown")[:12]
 
     # Megatron-LM's weak-scaling table.
     rows, worst = [], 0.0
@@ -180,7 +182,7 @@ def main():
                "memory-bound kernels, which make a GPU's rate depend on the GEMM sizes and the "
                "hidden size. The validation against psar's own runs is validation.md, by "
                "experiments/sim_validation.py.\n")
-    record_provenance(args.out, before)
+    record_provenance(args.out, state)
 
 
 def plot(points, path):

@@ -12,3 +12,18 @@ fi
 exec 9>/tmp/psar-build.lock
 flock 9
 cmake --build "$build" -j "$jobs" "$@"
+# The commit psar was built from, and the tracked files that differed from it
+# (results/ and runs/ aside): the harness pins every run to it
+# (experiments/psar_exp/runner.py, binary_build). Written only when this
+# build included psar, so a build of other targets cannot vouch for it.
+targets=() in_targets=0
+for arg in "$@"; do  # --target a b ... (cmake takes several)
+  if [[ $arg == --target || $arg == -t ]]; then in_targets=1
+  elif [[ $arg == -* ]]; then in_targets=0
+  elif ((in_targets)); then targets+=("$arg"); fi
+done
+if ((${#targets[@]} == 0)) || [[ " ${targets[*]} " == *" psar "* || " ${targets[*]} " == *" all "* ]]; then
+  { git -C "$root" rev-parse HEAD
+    git -C "$root" status --porcelain --untracked-files=no -- . ':(exclude)results' ':(exclude)runs' | cut -c4-
+  } > "$build/psar_build.txt" 2>/dev/null || rm -f "$build/psar_build.txt"
+fi

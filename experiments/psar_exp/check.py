@@ -115,6 +115,8 @@ def provenance_problems(block):
     problems = []
     if "uncommitted" in block or "dirty" in block:
         problems.append("the code differed from its commit (uncommitted changes)")
+    if "Exploratory run" in block:
+        problems.append("it was an exploratory run")
     if "not recorded" in block:
         problems.append("part of it was not recorded")
     commits = sorted(set(re.findall(r"\b[0-9a-f]{7,40}\b", block)))
@@ -140,6 +142,8 @@ def readme_expected(folder, committed, regenerated, write=False):
         problems = provenance_problems(m.group(1))
         if problems:
             bodies["provenance"] = provenance_note(problems)
+        elif "provenance" in blocks(committed):
+            bodies["provenance"] = "(stale: the provenance above pins the code; delete this block)"
             if write and "provenance" not in blocks(committed):
                 end = m.end()
                 committed = (committed[:end] + "\n\n" + BEGIN.format("provenance") + "\n" + END +

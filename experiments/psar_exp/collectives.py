@@ -9,7 +9,7 @@ import math
 import os
 
 from psar_exp import costs, runner
-from psar_exp.io import md_table, read_csv, write_csv, write_text
+from psar_exp.io import md_table, read_csv, write_csv
 from psar_exp.units import human, parse_bytes
 
 

@@ -15,6 +15,7 @@ names but the README lacks is an error (a report cannot say where it goes).
 
 import csv
 import io
+import os
 import re
 
 BEGIN = "<!-- generated:begin {} -->"
@@ -46,6 +47,23 @@ def fill_blocks(text, bodies, where="README.md"):
         new = bodies[name] if bodies[name].endswith("\n") else bodies[name] + "\n"
         return f"{BEGIN.format(name)}\n{new}{END}"
     return _BLOCK.sub(body, text)
+
+
+def update_readme(folder, bodies):
+    """Fills the named blocks of folder/README.md; a README that is missing
+    (a run outside results/) is started with one block per name."""
+    path = os.path.join(folder, "README.md")
+    if os.path.exists(path):
+        with open(path) as f:
+            text = f.read()
+    else:
+        text = f"# {os.path.basename(os.path.normpath(folder))}\n\n" + "".join(
+            f"{BEGIN.format(name)}\n{END}\n\n" for name in bodies)
+    text = fill_blocks(text, bodies, path)
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+    return path
 
 
 # ---- differences ---------------------------------------------------------------

@@ -8,6 +8,7 @@ in the order the keys are written. A key is a dotted config key (passed as
 
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from psar_exp import ROOT
+from psar_exp import ROOT, generated
 from psar_exp.io import csv_text, read_csv
 from psar_exp.report import SchemaError
 
@@ -215,27 +216,121 @@ def steal_share(before, after):
     return (after[0] - before[0]) / (after[1] - before[1])
 
 
-def commit():
-    """The commit the results come from: short hash, with '+ uncommitted
-    changes' when the code differs from it (changes under results/, which the
-    runs themselves write, do not count); 'unknown' outside git."""
-    def git(*args):
-        return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True)
-    head = git("rev-parse", "--short=12", "HEAD")
+def _git(*args):
+    return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True)
+
+
+# What the runs themselves write: never part of the code a run is pinned to.
+OUTPUT_DIRS = ("results", "runs")
+BUILD_STAMP = "psar_build.txt"  # written by scripts/build.sh beside CMakeCache.txt
+
+
+def tree_state():
+    """(commit, changed): HEAD's hash (None outside git) and the tracked
+    paths whose content differs from it, results/ and runs/ aside."""
+    head = _git("rev-parse", "HEAD")
     if head.returncode != 0:
-        return "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results").stdout.strip()
-    return head.stdout.strip() + (" + uncommitted changes" if dirty else "")
+        return None, []
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                  *(f":(exclude){d}" for d in OUTPUT_DIRS))
+    return head.stdout.strip(), [line[3:] for line in status.stdout.splitlines() if line.strip()]
+
+
+def binary_build(psar):
+    """(commit, changed) of the tree the binary's build directory was last
+    built from (scripts/build.sh's stamp), or None without a stamp."""
+    folder = os.path.dirname(os.path.realpath(psar))
+    while folder != os.path.dirname(folder):
+        stamp = os.path.join(folder, BUILD_STAMP)
+        if os.path.exists(stamp):
+            with open(stamp) as f:
+                lines = [line.rstrip("\n") for line in f if line.strip()]
+            return (lines[0] if lines else None), lines[1:]
+        if os.path.exists(os.path.join(folder, "CMakeCache.txt")):
+            return None
+        folder = os.path.dirname(folder)
+    return None
+
+
+def add_output_flags(ap):
+    """--reference and --exploratory, the same in every launcher."""
+    ap.add_argument("--reference", action="store_true",
+                    help="write the reference folder under results/ (default: under runs/, "
+                         "which git ignores); needs a clean tree and a binary built from it")
+    ap.add_argument("--exploratory", action="store_true",
+                    help="run from a tree with uncommitted changes or a binary built elsewhere; "
+                         "the provenance says so, and nothing is written under results/")
+
+
+def output_root(args):
+    """results/ with --reference, else runs/ (ignored by git)."""
+    return os.path.join(ROOT, "results" if getattr(args, "reference", False) else "runs")
+
+
+def _inside(path, folder):
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path == folder or path.startswith(folder + os.sep)
+
+
+def begin(out, exploratory=False, psar=None, argv=None, reference=False):
+    """Checks that a run may start and returns its provenance (for
+    record_provenance and machine_note): the command, the harness's commit,
+    the binary's and the machine state before the runs. Refuses (RunError)
+    a tree with uncommitted changes, or a psar binary not built from the
+    tree's commit, unless `exploratory`; an exploratory run is refused an
+    output under results/, and a reference run one outside it."""
+    commit, changed = tree_state()
+    binary = binary_build(psar) if psar else None
+    problems = []
+    if commit is None:
+        problems.append("the harness is not in a git checkout")
+    if changed:
+        problems.append("uncommitted changes in " + ", ".join(changed[:4]) +
+                        (f" and {len(changed) - 4} more" if len(changed) > 4 else ""))
+    if psar:
+        if binary is None or binary[0] is None:
+            problems.append(f"{psar} has no build stamp ({BUILD_STAMP}; build with scripts/build.sh)")
+        elif binary[1]:
+            problems.append(f"{psar} was built from a tree with uncommitted changes")
+        elif binary[0] != commit:
+            problems.append(f"{psar} was built at {binary[0][:12]}, the tree is at "
+                            f"{(commit or 'unknown')[:12]} (rebuild with scripts/build.sh)")
+    results = os.path.join(ROOT, "results")
+    if exploratory and _inside(out, results):
+        raise RunError(f"--exploratory: {out} is under results/, where only reference runs go "
+                       "(leave out --reference, or write elsewhere)")
+    if reference and not _inside(out, results):
+        raise RunError(f"--reference: {out} is not under results/")
+    if problems and not exploratory:
+        raise RunError("refusing to run: " + "; ".join(problems) + ". Commit and rebuild "
+                       "(scripts/build.sh), or pass --exploratory (marked so; never written "
+                       "under results/)")
+    argv = sys.argv if argv is None else argv
+    command = " ".join([os.path.relpath(os.path.abspath(argv[0]), ROOT)] + list(argv[1:]))
+    return {**machine_state(), "command": command, "commit": commit,
+            "binary": None if binary is None else binary[0], "psar": psar,
+            "problems": problems if exploratory else []}
+
+
+def provenance_text(state, high_priority=False):
+    """The command, the commits of the harness and the binary, and the
+    machine state of a run begun with begin()."""
+    short = lambda c: (c or "unknown")[:12]  # noqa: E731
+    parts = [f"Command: `{state['command']}`.",
+             f"Harness commit {short(state['commit'])}" +
+             (f"; psar built at {short(state['binary'])} (scripts/build.sh's stamp)."
+              if state.get("psar") else "; no psar binary.")]
+    if state["problems"]:
+        parts.append("**Exploratory run** (--exploratory): " + "; ".join(state["problems"]) + ".")
+    return " ".join(parts) + " " + machine_note(state, high_priority)
 
 
 def machine_note(before=None, high_priority=False):
-    """What produced a report, for its foot and its folder's README: the
-    commit, the machine, and — given the machine_state() (or just the load
+    """The machine, and — given the machine_state() (or just the load
     average) taken before the runs — the load before and after and the steal
     time in between, where the kernel reports it."""
     mpi = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout.splitlines()
-    machine = (f"Commit {commit()}. Machine: {os.cpu_count()} cores, "
-               f"{mpi[0] if mpi else 'mpirun'}")
+    machine = f"Machine: {os.cpu_count()} cores, {mpi[0] if mpi else 'mpirun'}"
     if before is None:
         return machine + "."
     if not isinstance(before, dict):
@@ -254,20 +349,24 @@ PROVENANCE_BEGIN = "<!-- provenance: written by the harness (psar_exp.runner.rec
 PROVENANCE_END = "<!-- end provenance -->"
 
 
-def record_provenance(folder, before=None, high_priority=False):
-    """Puts machine_note(before) in `folder`/README.md under "Produced by",
-    replacing the one an earlier run put there (the rest of the README is
-    kept; a missing README is started)."""
+def record_provenance(folder, state, high_priority=False):
+    """Puts provenance_text(state) — `state` from begin() — in
+    `folder`/README.md under "Produced by", replacing the one an earlier run
+    put there (the rest of the README is kept; a missing README is started)."""
     path = os.path.join(folder, "README.md")
     text = ""
     if os.path.exists(path):
         with open(path) as f:
             text = f.read()
-    section = (f"{PROVENANCE_BEGIN}\n## Produced by\n\n{machine_note(before, high_priority)}\n"
+    section = (f"{PROVENANCE_BEGIN}\n## Produced by\n\n{provenance_text(state, high_priority)}\n"
                f"{PROVENANCE_END}\n")
     if PROVENANCE_BEGIN in text and PROVENANCE_END in text:
         head, rest = text.split(PROVENANCE_BEGIN, 1)
-        text = head + section + rest.split(PROVENANCE_END, 1)[1].lstrip("\n")
+        rest = rest.split(PROVENANCE_END, 1)[1]
+        # The note psar_exp check added about the provenance it replaces.
+        rest = re.sub(r"^\s*" + re.escape(generated.BEGIN.format("provenance")) + r".*?" +
+                      re.escape(generated.END) + r"\n?", "", rest, flags=re.S)
+        text = head + section + rest.lstrip("\n")
     else:
         text = (text.rstrip("\n") + "\n\n" if text else
                 f"# {os.path.basename(os.path.normpath(folder))}\n\n") + section

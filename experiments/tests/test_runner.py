@@ -1,5 +1,10 @@
 """The sweep expansion and the points of a `psar train` experiment."""
 
+import os
+import re
+import subprocess
+import sys
+
 import pytest
 
 from psar_exp import runner
@@ -92,23 +97,96 @@ def test_cpu_times_read_steal_where_the_kernel_reports_it(tmp_path):
     assert runner.steal_share(None, (80, 2000)) is None
 
 
-def test_provenance_names_the_commit_load_and_steal_and_replaces_its_own_section(tmp_path):
+def pinned(monkeypatch, tree=("a" * 40, []), binary=("a" * 40, [])):
+    """begin() against a stubbed checkout and build stamp."""
+    monkeypatch.setattr(runner, "tree_state", lambda: tree)
+    monkeypatch.setattr(runner, "binary_build", lambda psar: binary)
+
+
+def test_provenance_names_command_commits_load_and_steal_and_replaces_its_own_section(
+        tmp_path, monkeypatch):
+    pinned(monkeypatch)
     folder = tmp_path / "exp"
     folder.mkdir()
-    (folder / "README.md").write_text("# exp\n\nHand-written text.\n")
-    before = {"load": 1.5, "cpu": (0, 1)}
-    runner.record_provenance(str(folder), before)
-    runner.record_provenance(str(folder), before)  # a second run replaces, never appends
+    (folder / "README.md").write_text(
+        "# exp\n\nHand-written text.\n\n" + runner.PROVENANCE_BEGIN + "\nold\n" +
+        runner.PROVENANCE_END + "\n\n<!-- generated:begin provenance -->\n**Not pinned**\n"
+        "<!-- generated:end -->\n\nMore text.\n")
+    state = runner.begin(str(folder), psar="/x/psar", argv=["experiments/run.py", "e.yaml"])
+    state.update(load=1.5, cpu=(0, 1))
+    runner.record_provenance(str(folder), state)
+    runner.record_provenance(str(folder), state)  # a second run replaces, never appends
     text = (folder / "README.md").read_text()
     assert text.startswith("# exp\n\nHand-written text.\n")
     assert text.count("## Produced by") == 1
-    assert "Commit " in text and "1-minute load average 1.50 before" in text
+    assert "Command: `experiments/run.py e.yaml`." in text
+    assert f"Harness commit {'a' * 12}; psar built at {'a' * 12}" in text
+    assert "1-minute load average 1.50 before" in text
+    assert "Not pinned" not in text and "old" not in text  # the replaced block's note goes too
+    assert text.endswith("More text.\n")
     if runner.cpu_times():
         assert "steal time" in text
     fresh = tmp_path / "new"
     fresh.mkdir()
-    runner.record_provenance(str(fresh))
+    runner.record_provenance(str(fresh), state)
     assert (fresh / "README.md").read_text().startswith("# new\n\n")
+
+
+@pytest.mark.parametrize("tree, binary, reason", [
+    (("a" * 40, ["allreduce/ring.cc"]), ("a" * 40, []), "uncommitted changes in allreduce/ring.cc"),
+    (("a" * 40, []), ("b" * 40, []), f"was built at {'b' * 12}, the tree is at {'a' * 12}"),
+    (("a" * 40, []), ("a" * 40, ["sim/sim.cc"]), "built from a tree with uncommitted changes"),
+    (("a" * 40, []), None, "has no build stamp"),
+    ((None, []), ("a" * 40, []), "not in a git checkout"),
+])
+def test_a_run_not_pinned_to_a_clean_commit_is_refused_unless_exploratory(
+        monkeypatch, tmp_path, tree, binary, reason):
+    pinned(monkeypatch, tree, binary)
+    with pytest.raises(runner.RunError, match="refusing to run: .*" + re.escape(reason) +
+                       ".*--exploratory"):
+        runner.begin(str(tmp_path / "out"), psar="/x/psar")
+    state = runner.begin(str(tmp_path / "out"), exploratory=True, psar="/x/psar")
+    assert any(reason in p for p in state["problems"])
+    assert "**Exploratory run** (--exploratory): " in runner.provenance_text(state)
+
+
+def test_exploratory_runs_never_go_under_results_and_reference_runs_only_there(monkeypatch):
+    pinned(monkeypatch)
+    results = os.path.join(runner.ROOT, "results", "quickstart")
+    with pytest.raises(runner.RunError, match="--exploratory: .* is under results/"):
+        runner.begin(results, exploratory=True)
+    with pytest.raises(runner.RunError, match="--reference: .* is not under results/"):
+        runner.begin(os.path.join(runner.ROOT, "runs", "quickstart"), reference=True)
+    assert runner.begin(results, reference=True)["problems"] == []
+
+
+def test_the_build_stamp_beside_the_cmake_cache_names_the_binarys_commit(tmp_path):
+    build = tmp_path / "build"
+    (build / "trainer").mkdir(parents=True)
+    (build / "trainer" / "psar").write_text("")
+    (build / "CMakeCache.txt").write_text("")
+    assert runner.binary_build(str(build / "trainer" / "psar")) is None
+    (build / runner.BUILD_STAMP).write_text("c" * 40 + "\nsim/sim.cc\n")
+    assert runner.binary_build(str(build / "trainer" / "psar")) == ("c" * 40, ["sim/sim.cc"])
+
+
+def test_output_goes_under_runs_unless_reference():
+    import argparse
+    ap = argparse.ArgumentParser()
+    runner.add_output_flags(ap)
+    assert runner.output_root(ap.parse_args([])) == os.path.join(runner.ROOT, "runs")
+    assert runner.output_root(ap.parse_args(["--reference"])) == os.path.join(runner.ROOT, "results")
+    with open(os.path.join(runner.ROOT, ".gitignore")) as f:
+        assert "/runs/" in f.read().split()
+
+
+def test_run_py_writes_under_runs_by_default():
+    done = subprocess.run([sys.executable, os.path.join(runner.ROOT, "experiments", "run.py"),
+                           os.path.join(runner.ROOT, "experiments", "quickstart.yaml"), "--dry-run"],
+                          capture_output=True, text=True, cwd=os.path.join(runner.ROOT, "experiments"))
+    assert done.returncode == 0, done.stderr
+    assert f"--out {os.path.join(runner.ROOT, 'runs', 'quickstart')}/" in done.stdout
+    assert "/results/" not in done.stdout
 
 
 def test_read_csv_drops_a_last_line_cut_by_a_kill_and_nothing_else(tmp_path):

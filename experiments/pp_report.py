@@ -18,6 +18,7 @@ import sys
 from collections import defaultdict
 
 import matplotlib
+import yaml
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -54,6 +55,9 @@ def load(results, experiment):
         run["stages"] = [r for r in rows if r["stage"] != "all" and r["dp"] == "0"]
         summary = read_csv(os.path.join(root, name, "summary.csv"))[0]
         run["samples_per_s"] = float(summary["samples_per_s"])
+        run["steps"], run["wall_s"] = summary["steps"], float(summary["wall_s"])
+        with open(os.path.join(root, name, "config.yaml")) as f:
+            run["batch"] = str(yaml.safe_load(f)["train"]["batch_size"])
         run["test_accuracy"] = float(summary["test_accuracy"])
         run["error"] = run["bubble"] / run["bubble_formula"] - 1 if run["bubble_formula"] else 0
         pressure = os.path.join(root, name, "cpu_pressure.txt")
@@ -103,23 +107,30 @@ def plot_lines(runs, x, path, title, group=label):
     plt.close(fig)
 
 
-def memory(runs, out):
-    """Peak activations per stage at p = 4, m = 8, measured beside predicted."""
+def memory(runs, out, draw=True):
+    """Peak activations per stage at p = 4, m = 8, measured beside predicted
+    (memory.png too when `draw`)."""
     picked = [r for r in runs if r["p"] == 4 and r["m"] == 8]
     rows = []
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 4.5)) if draw else (None, None)
     width = 0.8 / max(1, len(picked))
     for i, r in enumerate(sorted(picked, key=label)):
         stages = sorted(r["stages"], key=lambda s: int(s["stage"]))
         xs = [int(s["stage"]) + (i - len(picked) / 2 + 0.5) * width for s in stages]
-        ax.bar(xs, [float(s["peak_activations"]) for s in stages], width, color=f"C{i}", label=label(r))
-        ax.plot(xs, [float(s["peak_activations_sim"]) for s in stages], "k_", markersize=12)
+        if draw:
+            ax.bar(xs, [float(s["peak_activations"]) for s in stages], width, color=f"C{i}",
+                   label=label(r))
+            ax.plot(xs, [float(s["peak_activations_sim"]) for s in stages], "k_", markersize=12)
         for s in stages:
             rows.append([label(r), s["stage"], int(float(s["peak_activations"])),
                          int(float(s["peak_activations_sim"])), int(float(s["peak_bytes"])),
                          int(float(s["peak_bytes_sim"])),
                          "yes" if s["peak_activations"] == s["peak_activations_sim"]
                          and s["peak_bytes"] == s["peak_bytes_sim"] else "NO"])
+    result = table(["schedule", "stage", "peak activations", "predicted", "peak bytes",
+                    "predicted bytes", "equal"], rows)
+    if not draw:
+        return result
     ax.set(xlabel="stage", ylabel="peak in-flight activations (chunks)",
            title="peak activations per stage, p = 4, m = 8 (bars measured, — predicted)")
     ax.set_xticks(range(4))
@@ -127,11 +138,10 @@ def memory(runs, out):
     fig.tight_layout()
     fig.savefig(os.path.join(out, "memory.png"), dpi=120)
     plt.close(fig)
-    return table(["schedule", "stage", "peak activations", "predicted", "peak bytes",
-                  "predicted bytes", "equal"], rows)
+    return result
 
 
-def throughput(runs, out):
+def throughput(runs, out, draw=True):
     rows, by_m = [], defaultdict(dict)
     for r in runs:
         if r["p"] == 4:
@@ -139,6 +149,9 @@ def throughput(runs, out):
     names = sorted({n for d in by_m.values() for n in d})
     for m in sorted(by_m):
         rows.append([m] + [f"{by_m[m][n]:.0f}" if n in by_m[m] else "-" for n in names])
+    result = table(["m"] + [f"{n} (samples/s)" for n in names], rows)
+    if not draw:
+        return result
     fig, ax = plt.subplots(figsize=(7, 4.5))
     width = 0.8 / max(1, len(names))
     ms = sorted(by_m)
@@ -151,7 +164,7 @@ def throughput(runs, out):
     fig.tight_layout()
     fig.savefig(os.path.join(out, "throughput.png"), dpi=120)
     plt.close(fig)
-    return table(["m"] + [f"{n} (samples/s)" for n in names], rows)
+    return result
 
 
 def zero_bubble_gap(runs):
@@ -170,7 +183,8 @@ def zero_bubble_gap(runs):
                   "simulated gap (measured costs)", "gap ≥ half the simulated"], rows)
 
 
-def timelines(results, out):
+def timelines(results, out, draw=True):
+    """The timeline PNGs of results/pp_timeline's traces (drawn when `draw`)."""
     root = os.path.join(results, "pp_timeline")
     drawn = []
     if not os.path.isdir(root):
@@ -179,51 +193,66 @@ def timelines(results, out):
         trace = os.path.join(root, name, "trace.json")
         if os.path.exists(trace):
             png = os.path.join(out, f"timeline_{name}.png")
-            subprocess.run([sys.executable, os.path.join(HERE, "plot.py"), "--timeline", trace,
-                            "--out", png], check=True)
+            if draw:
+                    subprocess.run([sys.executable, os.path.join(HERE, "plot.py"), "--timeline",
+                                trace, "--out", png], check=True)
             drawn.append(os.path.basename(png))
     return drawn
 
 
-GPT_NOTE = """Why the measured bubble is not (p−1)/m here. The closed form assumes p
-stages of equal cost and free transfers; Σ idle / Σ compute then grows by about
-(slowest stage − mean stage) / mean stage whenever the stages differ, because
-the others wait for the slowest in every steady-state round. With p = 2 (a core
-per rank, CPU pressure ≤ 4%) the "simulated (measured costs)" column, which
-replays the schedule with every action's measured duration, explains nearly all
-of the measured bubble (within 0.002–0.005 for every schedule), so the excess
-over the formula is the stages' unequal measured cost, not the executor: stage 0
-measured 5–10% slower than the last in every p = 2 run (compute per stage),
-although by FLOPs the last stage is the heavier one (LN_f and a 96-wide tied head
-add ~1.5% to its 4 blocks); the cause of stage 0's extra time was not isolated
-(its rank's core, shared with other jobs, is a candidate). At m = 16 the
-micro-batches are 2 sequences, so that fixed few-percent inequality is large
-against (p−1)/m = 0.0625. With p = 4, four ranks share the
-two cores (pressure 60–90%): a rank that is runnable waits for a core, which
-shows as 1–2 ms "hop latency" and as idle time; the measured bubble there
-measures CPU contention more than the schedule (as for the MLP). ZB-H1's formula
-further assumes the weight gradients fill the bubbles exactly.
-"""
+def gpt_note(gpt):
+    """Why the GPT's measured bubble is not (p−1)/m, every figure from the runs."""
+    def span(xs, f):
+        return f"{f(min(xs))}–{f(max(xs))}"
+
+    p2 = [r for r in gpt if r["p"] == 2]
+    p4 = [r for r in gpt if r["p"] == 4]
+    pressure = lambda rs: [float(r["cpu_pressure"]) for r in rs if r["cpu_pressure"] != "-"]  # noqa: E731
+
+    def first_over_last(r):
+        st = sorted(r["stages"], key=lambda s: int(s["stage"]))
+        return float(st[0]["compute_s"]) / float(st[-1]["compute_s"])
+    ratio = [first_over_last(r) for r in p2]
+    lines = ["Why the measured bubble is not (p−1)/m here. The closed form assumes p stages of "
+             "equal cost and free transfers; Σ idle / Σ compute then grows whenever the stages "
+             "differ, because the others wait for the slowest in every steady-state round."]
+    if p2:
+        lines.append(
+            f"With p = 2 (a core per rank; CPU pressure {span(pressure(p2), '{:.1f}'.format)} %) the "
+            "\"simulated (measured costs)\" column, which replays the schedule with every "
+            "action's measured duration, differs from the measured bubble by "
+            f"{span([abs(r['bubble'] - r['bubble_sim']) for r in p2], '{:.3f}'.format)}; stage "
+            f"0's compute is {span(ratio, '{:.2f}'.format)}× the last stage's across the p = 2 runs "
+            f"({sum(x > 1 for x in ratio)} of {len(ratio)} slower), although by FLOPs the last "
+            "stage is the heavier one (LN_f and the tied head). At m = 16 the micro-batches are "
+            "2 sequences, so a few-percent inequality between the stages is large against "
+            "(p−1)/m = 0.0625.")
+    if p4:
+        lines.append(
+            f"With p = 4, four ranks share the two cores (CPU pressure "
+            f"{span(pressure(p4), '{:.0f}'.format)} %): a rank that is runnable waits for a core, "
+            f"which shows as hop latency ({span([1e3 * r['hop_latency_s'] for r in p4], '{:.1f}'.format)}"
+            " ms) and as idle time; the measured bubble there measures CPU contention more than "
+            "the schedule (as for the MLP).")
+    lines.append("ZB-H1's formula further assumes the weight gradients fill the bubbles exactly.")
+    return " ".join(lines) + "\n"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--results", default=os.path.join(os.path.dirname(HERE), "results"))
-    ap.add_argument("--out", help="default: RESULTS/pp_measured")
-    args = ap.parse_args()
-    out = args.out or os.path.join(args.results, "pp_measured")
-    os.makedirs(out, exist_ok=True)
 
-    vs_m = load(args.results, "pp_bubble_m") + [
-        r for r in load(args.results, "pp_interleaved_m") if r["v"] > 1]
-    vs_v = load(args.results, "pp_interleaved_m")
-    vs_p = load(args.results, "pp_bubble_p") + load(args.results, "pp_interleaved_p")
-    act = load(args.results, "pp_activation")
-    mlp = load(args.results, "pp_mlp") + load(args.results, "pp_mlp_p4")
-    gpt = load(args.results, "pp_gpt") + load(args.results, "pp_gpt_p4")
+
+def report(results, out, draw=True):
+    """README.md of pp_measured from the runs under `results`; the PNGs too
+    when `draw`."""
+    vs_m = load(results, "pp_bubble_m") + [
+        r for r in load(results, "pp_interleaved_m") if r["v"] > 1]
+    vs_v = load(results, "pp_interleaved_m")
+    vs_p = load(results, "pp_bubble_p") + load(results, "pp_interleaved_p")
+    act = load(results, "pp_activation")
+    mlp = load(results, "pp_mlp") + load(results, "pp_mlp_p4")
+    gpt = load(results, "pp_gpt") + load(results, "pp_gpt_p4")
     if not (vs_m or vs_p or vs_v):
-        sys.exit(f"pp_report.py: no pipeline runs under {args.results}/pp_* (run experiments/run.py "
-                 "experiments/pp_bubble_m.yaml first)")
+        raise FileNotFoundError(f"no pipeline runs under {results}/pp_* (run "
+                                "experiments/run.py experiments/pp_bubble_m.yaml first)")
 
     doc = ["# Pipeline bubbles and memory, measured\n",
            "Written by `experiments/pp_report.py` from the runs of `experiments/pp_*.yaml` "
@@ -237,15 +266,17 @@ def main():
            "core (/proc/pressure/cpu, recorded by experiments/pp_measure.py): the ranks' own "
            "10 µs polls while they wait and their compute on the real models count, and so do "
            "other jobs on the 2 cores. Target: on the synthetic workload, measured "
-           "within 10% of the closed form for every schedule and m ≥ p.\n"]
+           f"within {100 * TOLERANCE:.0f}% of the closed form for every schedule and m ≥ p.\n"]
     for title, runs, x, png in (("vs m (p = 4)", vs_m, "m", "bubble_vs_m.png"),
                                 ("vs p (m = 16, 8 ranks, d = 8/p)", vs_p, "p", "bubble_vs_p.png")):
         if runs:
-            plot_lines(runs, x, os.path.join(out, png), f"pipeline bubble {title}")
+            if draw:
+                plot_lines(runs, x, os.path.join(out, png), f"pipeline bubble {title}")
             doc += [f"## Bubble {title}\n", f"![]({png})\n", table(BUBBLE_HEADER, bubble_rows(runs))]
     if vs_v:
-        plot_lines(vs_v, "v", os.path.join(out, "bubble_vs_v.png"), "interleaved 1F1B: bubble vs v (p = 4)",
-                   group=lambda r: f"m={r['m']}")
+        if draw:
+            plot_lines(vs_v, "v", os.path.join(out, "bubble_vs_v.png"),
+                       "interleaved 1F1B: bubble vs v (p = 4)", group=lambda r: f"m={r['m']}")
         doc += ["## Bubble vs v (interleaved, p = 4)\n", "![](bubble_vs_v.png)\n",
                 table(BUBBLE_HEADER, bubble_rows(vs_v))]
     doc += ["## ZB-H1 against 1F1B\n", zero_bubble_gap(vs_m + vs_p)]
@@ -254,8 +285,8 @@ def main():
         doc += ["## Activation size (1F1B, p = 4, m = 16)\n",
                 table(["activation bytes"] + BUBBLE_HEADER[1:],
                       bubble_rows(sorted(act, key=lambda r: r["peak_bytes"]), first=size))]
-    doc += ["## Peak activations per stage (p = 4, m = 8)\n", "![](memory.png)\n", memory(vs_m, out)]
-    doc += ["## Throughput per schedule (p = 4)\n", "![](throughput.png)\n", throughput(vs_m, out)]
+    doc += ["## Peak activations per stage (p = 4, m = 8)\n", "![](memory.png)\n", memory(vs_m, out, draw)]
+    doc += ["## Throughput per schedule (p = 4)\n", "![](throughput.png)\n", throughput(vs_m, out, draw)]
     if mlp:
         doc += ["## The real model: MLP, 8 layers of 1024, Fashion-MNIST (p = 2 on 2 ranks, "
                 "p = 4 on 4 ranks, 2 cores)\n",
@@ -271,21 +302,42 @@ def main():
                 "wte (its own copy; the two gradients are summed between the first and the last "
                 "stage before the step, inside the sync span, outside the measured makespan) and "
                 "the softmax cross-entropy. Compute per stage: mean seconds of one batch's "
-                "actions on each stage, first to last. Measured with `PSAR_BIN=build/trainer/psar "
-                "experiments/pp_measure.py pp_gpt pp_gpt_p4 --quiet 25 --tries 1 --wait 60` "
-                "(20 steps of a 32-sequence batch per point, 5–40 s each).\n",
+                "actions on each stage, first to last. Measured by the commands in "
+                "results/pp_gpt/README.md and results/pp_gpt_p4/README.md ("
+                f"{'/'.join(sorted({r['steps'] for r in gpt}))} steps of a "
+                f"{'/'.join(sorted({r['batch'] for r in gpt}))}-sequence batch per point, "
+                f"{min(r['wall_s'] for r in gpt):.0f}–{max(r['wall_s'] for r in gpt):.0f} s "
+                "each).\n",
                 table(BUBBLE_HEADER + ["compute per stage (ms)", "samples/s", "test accuracy"],
                       bubble_rows(gpt, extra=lambda r: [per_stage(r), f"{r['samples_per_s']:.0f}",
                                                         f"{r['test_accuracy']:.3f}"])),
-                GPT_NOTE]
-    drawn = timelines(args.results, out)
+                gpt_note(gpt)]
+    drawn = timelines(results, out, draw)
     if drawn:
         doc += ["## Timelines (p = 4, m = 8)\n"] + [f"![]({png})\n" for png in drawn]
     doc += [runner.PROVENANCE_BEGIN, "## Produced by\n",
             "Command: `experiments/pp_report.py`, from the committed runs of results/pp_* alone; "
             "the command, commit and machine state of each run are in that folder's README.md.",
             runner.PROVENANCE_END, ""]
-    write_text(os.path.join(out, "README.md"), "\n".join(doc))
+    return "\n".join(doc)
+
+
+def regenerate(folder, results):
+    return {"README.md": report(results, folder, draw=False)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", default=os.path.join(os.path.dirname(HERE), "results"))
+    ap.add_argument("--out", help="default: RESULTS/pp_measured")
+    args = ap.parse_args()
+    out = args.out or os.path.join(args.results, "pp_measured")
+    os.makedirs(out, exist_ok=True)
+    try:
+        text = report(args.results, out)
+    except FileNotFoundError as e:
+        sys.exit(f"pp_report.py: {e}")
+    write_text(os.path.join(out, "README.md"), text)
     print(f"pp_report.py: -> {out}/README.md")
 
 

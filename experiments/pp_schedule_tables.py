@@ -5,7 +5,11 @@ for fixed p, vs p for fixed m, vs v, ZB-H1 under several cost ratios, and the
 peak in-flight activations per stage — plus text and PNG grids of every
 schedule at p = 4, m = 8. Runs only the `psar schedule` subcommand.
 
-    experiments/pp_schedule_tables.py [--psar build/trainer/psar] [--out results/pp_schedules]
+    experiments/pp_schedule_tables.py [--psar build/trainer/psar] [--reference | --exploratory]
+                                      [--out DIR]
+
+Writes runs/pp_schedules, or results/pp_schedules with --reference;
+python3 -m psar_exp check holds the README's tables and grids.txt to psar.
 """
 
 import argparse
@@ -15,6 +19,7 @@ import sys
 
 from psar_exp import runner
 from psar_exp.io import md_table as table
+from psar_exp.generated import update_readme
 from psar_exp.io import write_text
 
 SCHEDULES = ["gpipe", "1f1b", "interleaved", "zb_h1"]
@@ -54,17 +59,9 @@ def kind_v(kind, v):
     return v if kind == "interleaved" else 1
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--psar", default=None, help="default: $PSAR_BIN, else build/trainer/psar")
-    ap.add_argument("--out", help="default: runs/pp_schedules, or results/pp_schedules with --reference")
-    runner.add_output_flags(ap)
-    args = ap.parse_args()
-    args.out = args.out or os.path.join(runner.output_root(args), "pp_schedules")
-    psar = runner.psar_binary(args.psar)
-    state = runner.begin(args.out, args.exploratory, psar, reference=args.reference)
-    os.makedirs(args.out, exist_ok=True)
-
+def tables(psar):
+    """README.md's generated block and grids.txt, from `psar schedule` alone;
+    `bad`: the rows where the simulator and the formula disagree."""
     vs_m = [bubble_row(psar, k, 4, m, kind_v(k, 2)) for k in SCHEDULES for m in (4, 8, 16, 32, 64)]
     vs_p = [bubble_row(psar, k, p, 16, kind_v(k, 2)) for k in SCHEDULES for p in (2, 4, 8, 16)]
     vs_v = [bubble_row(psar, "interleaved", 4, 16, v) for v in (1, 2, 3, 4, 8)]
@@ -84,8 +81,6 @@ def main():
 
     cmd = "experiments/pp_schedule_tables.py --psar BUILD_DIR/trainer/psar"
     md = [
-        "# Pipeline schedules: simulated bubble and memory beside the formulas",
-        "",
         f"Regenerate with `{cmd}` (runs `psar schedule` only; seconds).",
         "Unit costs t_f = t_b = t_w = 1 per stage and micro-batch unless a table says otherwise "
         "(a fused backward costs t_b + t_w; an interleaved chunk 1/v of each), equal stages, "
@@ -117,20 +112,40 @@ def main():
         "",
         table(["schedule", "v", "m", "simulated, stages 0..3", "formula", "equal"], peaks),
     ]
-    write_text(os.path.join(args.out, "README.md"), "\n".join(md))
-    runner.record_provenance(args.out, state)
+    grids = []
+    for kind in SCHEDULES:
+        out, _ = run(psar, kind, 4, 8, kind_v(kind, 2))
+        grids.append(f"$ psar schedule --kind {kind} --stages 4 --microbatches 8"
+                     f"{' --chunks 2' if kind == 'interleaved' else ''}\n{out}\n")
+    bad = [r for r in vs_m + vs_p + vs_v + zb if r[-1] != "yes"] + [r for r in peaks if r[-1] != "yes"]
+    return {"README.md#tables": "\n".join(md), "grids.txt": "".join(grids)}, bad
 
-    with open(os.path.join(args.out, "grids.txt"), "w") as f:
-        for kind in SCHEDULES:
-            out, _ = run(psar, kind, 4, 8, kind_v(kind, 2))
-            f.write(f"$ psar schedule --kind {kind} --stages 4 --microbatches 8"
-                    f"{' --chunks 2' if kind == 'interleaved' else ''}\n{out}\n")
+
+def regenerate(folder, results=None):
+    return tables(runner.psar_binary())[0]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--psar", default=None, help="default: $PSAR_BIN, else build/trainer/psar")
+    ap.add_argument("--out", help="default: runs/pp_schedules, or results/pp_schedules with --reference")
+    runner.add_output_flags(ap)
+    args = ap.parse_args()
+    args.out = args.out or os.path.join(runner.output_root(args), "pp_schedules")
+    psar = runner.psar_binary(args.psar)
+    state = runner.begin(args.out, args.exploratory, psar, reference=args.reference)
+    os.makedirs(args.out, exist_ok=True)
+
+    texts, bad = tables(psar)
+    update_readme(args.out, {"tables": texts.pop("README.md#tables")})
+    for name, text in texts.items():
+        write_text(os.path.join(args.out, name), text)
+    runner.record_provenance(args.out, state)
     for kind in SCHEDULES:
         png = os.path.join(args.out, f"{kind}_p4_m8.png")
         run(psar, kind, 4, 8, kind_v(kind, 2), extra=("--png", png))
         os.remove(os.path.splitext(png)[0] + ".json")
     print(f"wrote {args.out}/README.md, grids.txt and {len(SCHEDULES)} PNGs")
-    bad = [r for r in vs_m + vs_p + vs_v + zb if r[-1] != "yes"] + [r for r in peaks if r[-1] != "yes"]
     return 1 if bad else 0
 
 

@@ -83,10 +83,8 @@ FOLDERS = {
     "simulate": script("sim_validation"),
     "ps_vs_allreduce": script("ps_vs_allreduce"),
     "overlap": script("overlap"),
-    "pp_measured": unchecked("README.md is written by experiments/pp_report.py, which draws "
-                             "its figures while it writes the text"),
-    "pp_schedules": unchecked("README.md is written by experiments/pp_schedule_tables.py from "
-                              "psar's schedule output, not from committed data"),
+    "pp_measured": script("pp_report"),
+    "pp_schedules": script("pp_schedule_tables"),
     "bench_linear": unchecked("hand-written README over Google Benchmark output in the text"),
     "net_1gbit": unchecked("hand-written README over the committed bench CSVs"),
     "ps_bench": unchecked("hand-written README over the committed bench CSVs and logs"),

@@ -316,7 +316,8 @@ def report(results, out, draw=True):
     if drawn:
         doc += ["## Timelines (p = 4, m = 8)\n"] + [f"![]({png})\n" for png in drawn]
     doc += [runner.PROVENANCE_BEGIN, "## Produced by\n",
-            "Command: `experiments/pp_report.py`, from the committed runs of results/pp_* alone; "
+            "Command: `experiments/pp_report.py`, from the committed runs of results/pp_* alone (no "
+            "psar binary); "
             "the command, commit and machine state of each run are in that folder's README.md.",
             runner.PROVENANCE_END, ""]
     return "\n".join(doc)

@@ -29,9 +29,20 @@ def sweep(yaml_name):
     runs' summary rows with the swept values in front."""
     def regenerate(folder, results):
         exp = report.load(os.path.join(EXPERIMENTS, yaml_name + ".yaml"), "train")
-        return {"summary.csv": runner.summary_text(exp, folder)}
+        texts = {"summary.csv": runner.summary_text(exp, folder)}
+        with open(os.path.join(folder, "README.md")) as f:
+            if "summary" in blocks(f.read()):
+                texts["README.md#summary"] = summary_block(runner.summary_rows(exp, folder))
+        return texts
     regenerate.how = f"summary.csv from the runs of experiments/{yaml_name}.yaml"
     return regenerate
+
+
+def summary_block(rows):
+    """A README's line per run of a sweep: what its summary.csv says."""
+    return "".join(f"- `{r['run']}`: {int(r['steps'])} steps, {float(r['epochs']):g} epochs, final "
+                   f"loss {float(r['final_loss']):.4f}, test accuracy "
+                   f"{100 * float(r['test_accuracy']):.2f} %\n" for r in rows)
 
 
 def script(name, **kw):
@@ -117,6 +128,10 @@ def provenance_problems(block):
         problems.append("it was an exploratory run")
     if "not recorded" in block:
         problems.append("part of it was not recorded")
+    if "Command:" not in block and "Commands:" not in block:
+        problems.append("the block does not name the command (the prose may)")
+    if "psar built at" not in block and "no psar binary" not in block:
+        problems.append("the commit psar was built from was not recorded")
     commits = sorted(set(re.findall(r"\b[0-9a-f]{7,40}\b", block)))
     heads = {c[:7] for c in commits}
     if len(heads) > 1:
@@ -125,9 +140,9 @@ def provenance_problems(block):
 
 
 def provenance_note(problems):
-    return ("**Not pinned to one clean commit:** " + "; ".join(problems) +
-            ". The figures here may come from code that no commit holds; "
-            "re-run the command in the provenance block at a clean commit to pin them.\n")
+    return ("**Provenance not pinned:** " + "; ".join(problems) + ". Re-running the folder's "
+            "command with `--reference` at a clean commit, with psar built from it, records all "
+            "of it.\n")
 
 
 def readme_expected(folder, committed, regenerated, write=False):
@@ -140,12 +155,12 @@ def readme_expected(folder, committed, regenerated, write=False):
         problems = provenance_problems(m.group(1))
         if problems:
             bodies["provenance"] = provenance_note(problems)
-        elif "provenance" in blocks(committed):
-            bodies["provenance"] = "(stale: the provenance above pins the code; delete this block)"
             if write and "provenance" not in blocks(committed):
                 end = m.end()
                 committed = (committed[:end] + "\n\n" + BEGIN.format("provenance") + "\n" + END +
                              committed[end:])
+        elif "provenance" in blocks(committed):
+            bodies["provenance"] = "(stale: the provenance above pins the code; delete this block)"
     return fill_blocks(committed, bodies, os.path.join(folder, "README.md")) if bodies else committed
 
 

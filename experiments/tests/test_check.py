@@ -72,13 +72,19 @@ def test_a_folder_without_a_generator_fails(tmp_path):
                         "psar_exp/check.py FOLDERS"]
 
 
-def test_a_provenance_with_uncommitted_changes_needs_its_note():
-    block = "Commit f0c7f953cf51 + uncommitted changes. Machine: 2 cores."
-    assert check.provenance_problems(block) == [
-        "the code differed from its commit (uncommitted changes)"]
-    assert check.provenance_problems("Commit abc1234 and then def5678.")[0].startswith(
-        "it names 2 commits")
-    assert check.provenance_problems("Commit abc1234. Machine: 2 cores; load 0.5.") == []
+def test_a_provenance_that_does_not_pin_the_code_needs_its_note():
+    pinned = ("Command: `experiments/run.py e.yaml --reference`. Harness commit abc1234def56; "
+              "psar built at abc1234def56 (scripts/build.sh's stamp). Machine: 2 cores.")
+    assert check.provenance_problems(pinned) == []
+    assert check.provenance_problems(pinned.replace("Machine", "**Exploratory run** (--exploratory)"
+                                                    ": x. Machine")) == ["it was an exploratory run"]
+    old = "Commit f0c7f953cf51 + uncommitted changes. Machine: 2 cores."
+    assert check.provenance_problems(old) == [
+        "the code differed from its commit (uncommitted changes)",
+        "the block does not name the command (the prose may)",
+        "the commit psar was built from was not recorded"]
+    assert "it names 2 commits (abc1234, def5678)" in check.provenance_problems(
+        pinned.replace("psar built at abc1234def56", "psar built at def5678"))
 
 
 def test_blocks_are_filled_by_name_and_a_missing_block_is_an_error():

@@ -27,9 +27,11 @@ psar_exp.costs.ps_time (docs/theory.md).
 """
 
 import argparse
+import math
 import os
 
 from psar_exp import ROOT, costs, report, runner
+from psar_exp.generated import update_readme
 from psar_exp.io import read_csv, write_text
 from psar_exp.units import human, parse_bandwidth, parse_bytes, parse_seconds
 
@@ -255,19 +257,112 @@ def plot(exp, rows, out):
         plt.close(fig)
 
 
-def reports(exp, out, psar):
-    """check.md and table.md from the CSVs and machine.txt in `out`."""
+def readme_blocks(exp, rows):
+    """The README's figures: the check's verdict, the notes' claims at the
+    first network and what the faster networks show, all from `rows`."""
+    chk, size = exp["check"], parse_bytes(exp["headline_size"])
+    tol, min_size = float(chk["tolerance"]), parse_bytes(chk["min_size"])
+    algos = exp["allreduce"]["algos"]
+    Ns = exp["ranks"]
+    lo, hi = Ns[0], Ns[-1]
+
+    def q(r):
+        return r["measured_s"] / r["predicted_s"]
+
+    def pct_span(rs):
+        devs = [100 * (q(r) - 1) for r in rs]
+        return f"{min(devs):+.0f} to {max(devs):+.0f} %"
+
+    def at(net, method, N, n=size):
+        return next((r for r in rows if r["network"] == net and r["method"] == method
+                     and r["N"] == N and r["size"] == n), None)
+
+    net0 = chk["network"]
+    sel = [r for r in rows if r["network"] == net0 and r["method"] in algos and r["size"] >= min_size]
+    inside = [r for r in sel if abs(q(r) - 1) <= tol]
+    worst = max(sel, key=lambda r: abs(q(r) - 1))
+    check = (f"**{'Met' if len(inside) == len(sel) else 'Not met'}: {len(inside)} of {len(sel)} "
+             f"measurements within {100 * tol:.0f} %**, all within "
+             f"{100 * max(abs(q(r) - 1) for r in sel):.1f} % (worst: {worst['method']} at N = "
+             f"{worst['N']}, {human(worst['size'])}, {q(worst):.3f}× the prediction); per "
+             "algorithm, measured ÷ predicted − 1 over every size and N: " +
+             ", ".join(f"{a} {pct_span([r for r in sel if r['method'] == a])}" for a in algos) + ".\n")
+
+    def ms(r):
+        return f"{r['measured_s'] * 1e3:.1f}"
+
+    def pm(r):
+        return f"{r['predicted_s'] * 1e3:.1f}"
+    ps1 = [at(net0, "ps S=1", n) for n in Ns]
+    ring = [at(net0, "ring", n) for n in Ns]
+    tree = [at(net0, "tree", n) for n in Ns]
+    s4 = {S: at(net0, f"ps S={S}", 4) for S in exp["ps"]["servers"]}
+    s8 = {S: at(net0, f"ps S={S}", hi) for S in exp["ps"]["servers"]}
+    S = exp["ps"]["servers"]
+    claims = [
+        "| claim | measured | model |", "|---|---|---|",
+        f"| PS time grows ~linearly in N (S = 1, N = {lo} → {hi}) | {ms(ps1[0])} → {ms(ps1[-1])} ms: "
+        f"**{ps1[-1]['measured_s'] / ps1[0]['measured_s']:.2f}×** (target ≥ 3×) | {pm(ps1[0])} → "
+        f"{pm(ps1[-1])} ms: {ps1[-1]['predicted_s'] / ps1[0]['predicted_s']:.2f}× |",
+        f"| ring nearly flat in N (N = {lo} → {hi}) | {ms(ring[0])} → {ms(ring[-1])} ms: "
+        f"**{ring[-1]['measured_s'] / ring[0]['measured_s']:.2f}×** (target ≤ 2×) | 2(N−1)/N·M/B: "
+        f"{ring[-1]['predicted_s'] / ring[0]['predicted_s']:.2f}× |",
+        f"| tree ~log N | {' → '.join(ms(r) for r in tree)} ms (N = {', '.join(map(str, Ns))}) | "
+        f"{' → '.join(pm(r) for r in tree)} ms |",
+        f"| sharding over S servers divides the PS bottleneck (N = 4) | S = {S[0]}: {ms(s4[S[0]])}, "
+        f"S = {S[-1]}: {ms(s4[S[-1]])} ms: **{s4[S[0]]['measured_s'] / s4[S[-1]]['measured_s']:.2f}×** "
+        f"(target ≥ 2.5×) | {pm(s4[S[0]])} vs {pm(s4[S[-1]])} ms: "
+        f"{s4[S[0]]['predicted_s'] / s4[S[-1]]['predicted_s']:.2f}× |",
+        f"| … and at N = {hi} | S = {', '.join(map(str, S))}: "
+        f"{', '.join(ms(s8[x]) for x in S)} ms (" +
+        ", ".join(f"÷ {s8[S[0]]['measured_s'] / s8[x]['measured_s']:.2f}" for x in S[1:]) + ") | " +
+        f"{', '.join(pm(s8[x]) for x in S)} ms (" +
+        ", ".join(f"÷ {s8[S[0]]['predicted_s'] / s8[x]['predicted_s']:.2f}" for x in S[1:]) + ") |"]
+    B0 = parse_bandwidth(next(n for n in exp["networks"] if n["name"] == net0)["bandwidth"])
+    textbook = 2 * size * math.log2(hi) / B0
+    claims.append("")
+    claims.append(f"Wire time of {human(size)} at {net0}: {size / B0 * 1e3:.0f} ms; the "
+                  f"textbook's unpipelined tree, 2·M·log₂N / B at N = {hi}: "
+                  f"{textbook * 1e3:.0f} ms.")
+    host = []
+    for net in exp["networks"][1:]:
+        name, B = net["name"], parse_bandwidth(net["bandwidth"])
+        big = [r for r in rows if r["network"] == name and r["size"] >= min_size]
+        at_hi = {a: at(name, a, hi) for a in algos}
+        psN = {x: at(name, f"ps S={x}", hi) for x in S}
+        host.append(
+            f"- {net['bandwidth']} ({size / B * 1e3:.1f} ms per {human(size)} on the wire): "
+            "measured ÷ predicted − 1 over every size and N: " +
+            ", ".join(f"{a} {pct_span([r for r in big if r['method'] == a])}" for a in algos) +
+            f". At N = {hi}, {human(size)}, measured ÷ predicted: " +
+            ", ".join(f"{a} {q(r):.2f}×" for a, r in at_hi.items() if r) + "; " +
+            ", ".join(f"PS S = {x} {q(r):.2f}×" for x, r in psN.items() if r) +
+            f"; PS S = {S[0]} ÷ S = {S[-1]} at N = 4: "
+            f"{at(name, f'ps S={S[0]}', 4)['measured_s'] / at(name, f'ps S={S[-1]}', 4)['measured_s']:.2f}× "
+            f"(model {at(name, f'ps S={S[0]}', 4)['predicted_s'] / at(name, f'ps S={S[-1]}', 4)['predicted_s']:.2f}×)"
+            f"; ring at N = {hi}: {ms(at_hi['ring'])} ms; the PS at N = {hi}: "
+            f"{min(float(ms(r)) for r in psN.values()):.1f}–{max(float(ms(r)) for r in psN.values()):.1f} ms.")
+    return {"README.md#check": check, "README.md#claims": "\n".join(claims) + "\n",
+            "README.md#host": "\n".join(host) + "\n"}
+
+
+def reports(exp, out, psar, blocks=False):
+    """check.md and table.md from the CSVs and machine.txt in `out` (and,
+    with `blocks`, the README's generated blocks)."""
     path = os.path.join(out, "machine.txt")
     note = open(path).read().strip() if os.path.exists(path) else ""
     rows = load(exp, out, psar)
     if not rows:
         raise runner.RunError(f"no measurements in {out}")
-    return {"check.md": check_report(exp, rows, note), "table.md": table_report(exp, rows, note)}
+    texts = {"check.md": check_report(exp, rows, note), "table.md": table_report(exp, rows, note)}
+    if blocks:
+        texts.update(readme_blocks(exp, rows))
+    return texts
 
 
 def regenerate(folder, results=None):
     return reports(report.load(os.path.join(ROOT, "experiments", "net_scaling.yaml"),
-                               "net_scaling"), folder, runner.psar_binary())
+                               "net_scaling"), folder, runner.psar_binary(), blocks=True)
 
 
 def main():
@@ -290,7 +385,9 @@ def main():
         note = runner.provenance_text(state, args.high_priority)
         write_text(os.path.join(out, "machine.txt"), note + "\n")
         runner.record_provenance(out, state, args.high_priority)
-    for name, text in reports(exp, out, psar).items():
+    texts = reports(exp, out, psar, blocks=True)
+    update_readme(out, {k.split("#")[1]: texts.pop(k) for k in list(texts) if "#" in k})
+    for name, text in texts.items():
         write_text(os.path.join(out, name), text)
     plot(exp, load(exp, out, psar), out)
     print(f"net_scaling.py: wrote {out}/check.md, table.md, sync_vs_n_*.png")

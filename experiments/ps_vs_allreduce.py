@@ -205,14 +205,103 @@ def model_params(rows):
                and int(r["workers"]) == 1 and str(r["servers"]) == "1") // 8
 
 
+def readme_blocks(rows, curves):
+    """The README's figures, from scaling.csv's rows and the consistency curves."""
+    nets = list(dict.fromkeys(r["network"] for r in rows))
+    first = nets[0]
+    label = lambda r: f"ps, S = {r['servers']}" if r["method"] == "ps" else r["method"]  # noqa: E731
+    get = {(r["network"], label(r), int(r["workers"])): r for r in rows}
+    Ns = sorted({int(r["workers"]) for r in rows})
+    methods = list(dict.fromkeys(label(r) for r in rows if r["network"] == first))
+    ms = lambda x: f"{float(x):.1f}"  # noqa: E731
+
+    def cell(net, m, n):
+        r = get.get((net, m, n))
+        if r is None or r["predicted_sync_ms"] == "":  # an allreduce over one rank moves nothing
+            return ""
+        return f"{ms(r['sync_last_ms'])} \\| {ms(r['predicted_sync_ms'])}"
+    table = ["| method | " + " | ".join(f"N = {n}" for n in Ns) + " |", "|---" * (len(Ns) + 1) + "|"]
+    table += [f"| {m} | " + " | ".join(cell(first, m, n) for n in Ns) + " |" for m in methods]
+
+    def last(net, m, n):
+        return float(get[(net, m, n)]["sync_last_ms"])
+
+    def pred(net, m, n):
+        return float(get[(net, m, n)]["predicted_sync_ms"])
+    lo, hi = Ns[1], Ns[-1]
+    servers = sorted({int(r["servers"]) for r in rows if r["method"] == "ps"})
+    allreduce = [m for m in methods if not m.startswith("ps")]
+    dev = lambda rs: max(abs(last(first, m, n) / pred(first, m, n) - 1) for m, n in rs)  # noqa: E731
+    ar_points = [(m, n) for m in allreduce for n in Ns
+                 if (first, m, n) in get and get[(first, m, n)]["predicted_sync_ms"] != ""]
+    s1_points = [("ps, S = 1", n) for n in Ns]
+    faster = "; ".join(
+        f"S = {x} at N = " + ", ".join(str(n) for n in Ns
+                                       if last(first, f"ps, S = {x}", n) < pred(first, f"ps, S = {x}", n))
+        for x in servers if x > 1)
+    equal = [r for r in rows if r["formula_bytes_per_step"] != ""]
+    off_by = [abs(int(r["busiest_bytes_per_step"]) - int(r["formula_bytes_per_step"])) for r in equal]
+    unequal = sorted({f"{label(r)} at N = {r['workers']}" for r in equal
+                      if r["busiest_bytes_per_step"] != r["formula_bytes_per_step"]})
+    step = lambda m: float(get[(first, m, hi)]["step_ms"])  # noqa: E731
+    bullets = [
+        f"- With one shard the last-in sync at {first} grows with N: " +
+        " → ".join(f"{last(first, 'ps, S = 1', n):.0f}" for n in Ns) +
+        f" ms (N = {', '.join(map(str, Ns))}), {last(first, 'ps, S = 1', hi) / last(first, 'ps, S = 1', lo):.1f}× "
+        f"from N = {lo} to {hi}; the ring grows {last(first, 'ring', hi) / last(first, 'ring', lo):.1f}× "
+        "over the same range.",
+        f"- At N = {hi}, S = {', '.join(map(str, servers))}: " +
+        ", ".join(f"{last(first, f'ps, S = {x}', hi):.0f}" for x in servers) + " ms; with S = "
+        f"{servers[-1]} the PS is {last(first, f'ps, S = {servers[-1]}', hi) / last(first, 'ring', hi):.1f}× "
+        f"the ring's sync at N = {hi}, at the cost of S extra server ranks.",
+        f"- Measured ÷ predicted − 1: every allreduce point within {100 * dev(ar_points):.0f} %, "
+        f"the PS with S = 1 within {100 * dev(s1_points):.0f} %; with S ≥ 2 the measurement is below "
+        f"the prediction for {faster}.",
+        f"- Step time (slowest rank) at {first}, N = {hi}: " +
+        ", ".join(f"{m} {step(m):.0f} ms" for m in ("ps, S = 1", f"ps, S = {servers[-1]}", "ring", "naive")) + ".",
+        f"- Busiest endpoint's bytes beside the formula, {len(equal)} points: "
+        f"{sum(1 for x in off_by if x == 0)} equal, the others off by "
+        f"{min(x for x in off_by if x)}–{max(off_by)} bytes ({'; '.join(unequal)}: the "
+        f"{model_params(rows):,} floats do not split evenly there)." if any(off_by) else
+        f"- Busiest endpoint's bytes equal the formula at all {len(equal)} points."]
+    fast = []
+    for net in nets[1:]:
+        at = [r for r in rows if r["network"] == net]
+        small = [r for r in at if int(r["workers"]) <= 4]
+        big = [r for r in at if int(r["workers"]) == hi]
+        preds = [float(r["predicted_sync_ms"]) for r in small if r["predicted_sync_ms"] != ""]
+        by = {}
+        for r in big:
+            by.setdefault(r["method"], []).append(float(r["sync_last_ms"]))
+        fast.append(f"- {net}: last-in sync {min(float(r['sync_last_ms']) for r in small):.1f}–"
+                    f"{max(float(r['sync_last_ms']) for r in small):.1f} ms at N ≤ 4" +
+                    (f" (predictions {min(preds):.1f}–{max(preds):.1f} ms)" if preds else "") +
+                    f"; at N = {hi}: " + ", ".join(f"{m} {min(v):.1f}" + (f"–{max(v):.1f}" if len(v) > 1 else "")
+                                                   for m, v in by.items()) + " ms.")
+    steps = {m: len(c) / c[-1][2] for m, c in curves.items()}
+    cons = ["| consistency | final loss (mean of the last 10 steps) | time for the steps | steps/s |",
+            "|---|---|---|---|"]
+    for m, c in curves.items():
+        tail = statistics.mean(l for _, l, _ in c[-10:])
+        cons.append(f"| {m} | {tail:.3f} | {c[-1][2]:.1f} s ({len(c)} steps) | {steps[m]:.1f} |")
+    base = steps.get("bsp")
+    if base:
+        cons += ["", "Steps per second against BSP: " +
+                 ", ".join(f"{m} {v / base:.2f}×" for m, v in steps.items() if m != "bsp") +
+                 " (single runs; SSP and ASP are not deterministic)."]
+    return {"README.md#onegbit": "\n".join(table) + "\n", "README.md#bullets": "\n".join(bullets) + "\n",
+            "README.md#fast": "\n".join(fast) + "\n", "README.md#consistency": "\n".join(cons) + "\n"}
+
+
 def regenerate(folder, results=None):
     exp = report.load(os.path.join(ROOT, "experiments", "ps_vs_allreduce.yaml"), "ps_vs_allreduce")
     c = exp["experiment"]["sweep"]["consistency"]
     net, _ = network(exp["experiment"]["sweep"]["networks"][0], exp)
     rows = read_csv(os.path.join(folder, "scaling.csv"))
+    curves = consistency_curves(folder, c["workers"], c["servers"], c["models"])
     return {"scaling.md": scaling_md(rows, model_params(rows)),
-            **consistency_texts(consistency_curves(folder, c["workers"], c["servers"], c["models"]),
-                                c["workers"], c["servers"], net)}
+            **consistency_texts(curves, c["workers"], c["servers"], net),
+            **readme_blocks(rows, curves)}
 
 
 

@@ -194,12 +194,104 @@ def buckets_md(rows, sizes, backends):
     return md_table(header, table)
 
 
+EXPOSED_SHARE, STEP_FACTOR = check_targets.__defaults__
+
+
+def readme_blocks(rows, shown=("ring", "ps")):
+    """The README's table of the `shown` backends and the targets' tallies,
+    from the rows of modes.csv."""
+    num = lambda r, k: float(r[k]) if r[k] != "" else None  # noqa: E731
+    f1 = lambda x: "—" if x is None else f"{x:.1f}"  # noqa: E731
+    f2 = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731
+    where = lambda r: f"{r['backend']} {r['mode']} {r['network']} N = {r['ranks']}"  # noqa: E731
+    header = ["network", "N", "backend", "mode", "step", "compute", "sync", "exposed",
+              "exposed / plain sync", "step / max(plain compute, plain sync)"]
+    table = md_table(header, [[r["network"], r["ranks"], r["backend"], r["mode"]] +
+                              [f1(num(r, k)) for k in ("step_ms", "compute_ms", "sync_ms", "exposed_ms")] +
+                              [f2(num(r, "exposed_vs_plain_sync")), f2(num(r, "step_vs_max_plain"))]
+                              for r in rows if r["backend"] in shown])
+    on = [r for r in rows if r["mode"] != "off" and r["exposed_vs_plain_sync"] != ""]
+    mine = [r for r in on if r["backend"] in shown]
+    share_ok = [r for r in on if num(r, "exposed_vs_plain_sync") <= EXPOSED_SHARE]
+    step_ok = lambda rs: [r for r in rs if num(r, "step_vs_max_plain") <= STEP_FACTOR]  # noqa: E731
+    best = {b: min((r for r in mine if r["backend"] == b), key=lambda r: num(r, "exposed_vs_plain_sync"))
+            for b in shown}
+    plain = {(r["network"], r["ranks"], r["backend"]): r for r in rows if r["mode"] == "off"}
+    shorter = [f"{where(r)}: {num(plain[(r['network'], r['ranks'], r['backend'])], 'step_ms'):.1f} → "
+               f"{num(r, 'step_ms'):.1f} ms" for r in mine
+               if num(r, "step_ms") < num(plain[(r["network"], r["ranks"], r["backend"])], "step_ms")]
+    lines = [
+        f"- Exposed ≤ {100 * EXPOSED_SHARE:.0f} % of the plain sync: met at {len(share_ok)} of "
+        f"{len(on)} overlapped points (all backends). Lowest of " +
+        ", ".join(f"{b}: {where(r)}, {num(r, 'exposed_vs_plain_sync'):.2f}" for b, r in best.items()) + ".",
+        f"- Step ≤ {STEP_FACTOR} × max(plain compute, plain sync): met at {len(step_ok(mine))} of "
+        f"{len(mine)} overlapped {' and '.join(shown)} points (" +
+        ("; ".join(f"{where(r)}: {num(r, 'step_vs_max_plain'):.2f}" for r in step_ok(mine)) or "none") +
+        f"); over all backends at {len(step_ok(on))} of {len(on)} (" +
+        "; ".join(where(r) for r in step_ok(on) if r["backend"] not in shown) + " besides).",
+        f"- Both targets at once: {sum(r['targets_met'] == 'yes' for r in on)} of {len(on)} points.",
+        f"- Overlapped {' and '.join(shown)} points whose step is shorter than with the overlap off "
+        f"({len(shorter)} of {len(mine)}): " + "; ".join(shorter) + "."]
+    return {"README.md#table": table, "README.md#targets": "\n".join(lines) + "\n"}
+
+
+def bucket_steps(rows, sizes, backends):
+    """The README's bucket table: step ms per backend and bucket size, the
+    fastest in bold."""
+    by = defaultdict(dict)
+    for r in rows:
+        by[r["backend"]][r["bucket"]] = float(r["step_ms"])
+    body = []
+    for b in backends:
+        best = min(by[b].values())
+        body.append([b] + [f"**{by[b][x]:.1f}**" if by[b][x] == best else f"{by[b][x]:.1f}"
+                           for x in sizes])
+    return md_table(["backend"] + ["whole model" if x == "whole" else x for x in sizes], body)
+
+
+def against_plain(plain_rows, overlap_rows):
+    """Step ms of each method and N without | with the overlap, per network."""
+    key = lambda r: (r["network"], r["method"], r["servers"], r["workers"])  # noqa: E731
+    on = {key(r): float(r["step_ms"]) for r in overlap_rows}
+    label = lambda r: f"ps, S = {r['servers']}" if r["method"] == "ps" else r["method"]  # noqa: E731
+    Ns = sorted({int(r["workers"]) for r in overlap_rows})
+    out = []
+    for net in dict.fromkeys(r["network"] for r in overlap_rows):
+        cells = defaultdict(dict)
+        for r in plain_rows:
+            if r["network"] == net and key(r) in on:
+                cells[label(r)][int(r["workers"])] = f"{float(r['step_ms']):.1f} \\| {on[key(r)]:.1f}"
+        out += [f"{net}:", "", md_table(["method"] + [f"N = {n}" for n in Ns],
+                                        [[m] + [c.get(n, "") for n in Ns] for m, c in cells.items()])]
+    return "\n".join(out)
+
+
+def cpu_table(rows):
+    """Medians over the repeats of cpu.csv, per backend and mode."""
+    by = defaultdict(list)
+    for r in rows:
+        by[(r["backend"], r["mode"])].append(r)
+    med = lambda rs, f: statistics.median(f(r) for r in rs)  # noqa: E731
+    body = [[b, m, f"{med(rs, lambda r: float(r['user_s']) + float(r['sys_s'])):.2f}"] +
+            [f"{med(rs, lambda r, k=k: float(r[k])):.1f}" for k in ("step_ms", "compute_ms", "exposed_ms")]
+            for (b, m), rs in by.items()]
+    return md_table(["backend", "mode", "CPU s per run", "step ms", "compute ms", "exposed ms"], body)
+
+
 def regenerate(folder, results=None):
     exp = report.load(os.path.join(ROOT, "experiments", "overlap.yaml"), "overlap")
     spec = exp["experiment"]["sweep"]["buckets"]
-    return {"modes.md": modes_md(read_csv(os.path.join(folder, "modes.csv"))),
+    modes_rows = read_csv(os.path.join(folder, "modes.csv"))
+    return {"modes.md": modes_md(modes_rows),
             "buckets.md": buckets_md(read_csv(os.path.join(folder, "buckets.csv")),
-                                     spec["sizes"], spec["backends"])}
+                                     spec["sizes"], spec["backends"]),
+            **readme_blocks(modes_rows),
+            "README.md#buckets": bucket_steps(read_csv(os.path.join(folder, "buckets.csv")),
+                                              spec["sizes"], spec["backends"]),
+            "README.md#against_plain": against_plain(
+                read_csv(os.path.join(results, "ps_vs_allreduce", "scaling.csv")),
+                read_csv(os.path.join(folder, "ps_vs_allreduce_overlap", "scaling.csv"))),
+            "README.md#cpu": cpu_table(read_csv(os.path.join(folder, "cpu.csv")))}
 
 
 def buckets(exp, exp_path, out_root, binary, quick, dry_run):

@@ -256,10 +256,77 @@ def reports(exp, raw, psar):
             "net_scaling.md": report_md(exp, rows, raw)}
 
 
+# results/cluster/measure.sh's link-efficiency runs: layout -> emulator run of the
+# same N (one rank per host), and the link rate the busbw is set against.
+EFFICIENCY_LAYOUTS = {"2hosts_x1": "emulator_1Gbit_n2", "4hosts_x1": "emulator_1Gbit_n4",
+                      "2hosts_x2": None}
+LINK_BYTES_PER_S = 125e6
+
+
+def efficiency(folder):
+    """efficiency.md and the README's tables of measure.sh's runs: busbw over
+    the link per layout, and the cluster beside the emulator."""
+    runs = {lay: read_csv(os.path.join(folder, f"allreduce_{lay}.csv")) for lay in EFFICIENCY_LAYOUTS}
+    pretty = lambda lay: lay.replace("hosts_x", " hosts × ")  # noqa: E731
+    mib = lambda r: f"{int(r['size']) // 2**20} MiB"  # noqa: E731
+    ratio = lambda r: float(r["busbw"]) * 1e9 / LINK_BYTES_PER_S  # noqa: E731
+    eff = md_table(["layout", "algorithm", "size", "time (µs)", "busbw (GB/s)", "busbw / link"],
+                   [[lay, r["algo"], mib(r), f"{float(r['time_us']):.0f}", f"{float(r['busbw']):.4f}",
+                     f"{ratio(r):.3f}"] for lay, rows in runs.items() for r in rows])
+    sizes = sorted({int(r["size"]) for rows in runs.values() for r in rows})
+    cell = {(lay, r["algo"], int(r["size"])): r for lay, rows in runs.items() for r in rows}
+    busbw = md_table(["layout", "algorithm"] + [f"{n // 2**20} MiB" for n in sizes],
+                     [[pretty(lay), a] + [f"{ratio(cell[(lay, a, n)]):.3f}" for n in sizes]
+                      for lay in runs for a in ("ring", "mpi")])
+    ring = [ratio(r) for rows in runs.values() for r in rows if r["algo"] == "ring"]
+    target = (f"psar's ring: busbw / link {min(ring):.2f}–{max(ring):.2f} over every layout and size "
+              f"(target ≥ 0.85: {'met' if min(ring) >= 0.85 else '**missed**'}); Open MPI's "
+              f"`MPI_Allreduce` {min(ratio(r) for rows in runs.values() for r in rows if r['algo'] == 'mpi'):.2f}–"
+              f"{max(ratio(r) for rows in runs.values() for r in rows if r['algo'] == 'mpi'):.2f}.")
+    emu_rows, qs = [], []
+    for lay, emu in EFFICIENCY_LAYOUTS.items():
+        if emu is None:
+            continue
+        e = {(r["algo"], int(r["size"])): float(r["time_us"]) for r in read_csv(os.path.join(folder, emu + ".csv"))}
+        for r in runs[lay]:
+            key = (r["algo"], int(r["size"]))
+            if key in e:
+                c = float(r["time_us"])
+                qs.append((c / e[key], pretty(lay), r["algo"], mib(r), e[key] / 1e3))
+                emu_rows.append([pretty(lay), r["algo"], mib(r), f"{e[key] / 1e3:.0f}", f"{c / 1e3:.0f}",
+                                 f"{c / e[key]:.2f}"])
+    emu_rows.sort(key=lambda x: (x[0], x[1] != "ring", int(x[2].split()[0])))
+    low = min(qs)
+    rest = [x[0] for x in qs if x is not low]
+    emulator = (md_table(["layout", "algorithm", "size", "emulator", "cluster", "cluster / emulator"],
+                         emu_rows) +
+                f"\nCluster ÷ emulator {min(rest):.2f}–{max(rest):.2f}, except {low[2]} on {low[1]} at "
+                f"{low[3]}: {low[0]:.2f} (the emulator's {low[4]:.0f} ms).\n")
+    h = {n: cell[("2hosts_x2", "hierarchical", n)] for n in sizes}
+    r64 = cell[("2hosts_x2", "ring", sizes[-1])]
+    hier = (f"`hierarchical` on 2 hosts × 2: busbw / link {min(ratio(x) for x in h.values()):.2f}–"
+            f"{max(ratio(x) for x in h.values()):.2f}; at {sizes[-1] // 2**20} MiB "
+            f"{float(h[sizes[-1]]['time_us']) / 1e3:.0f} ms against the ring's "
+            f"{float(r64['time_us']) / 1e3:.0f} ms "
+            f"({100 * (1 - float(h[sizes[-1]]['time_us']) / float(r64['time_us'])):.0f} % faster); "
+            f"its link carries n/t = {sizes[-1] / (float(h[sizes[-1]]['time_us']) * 1e-6) / LINK_BYTES_PER_S:.2f} "
+            "of the rate.\n")
+    return {"efficiency.md": eff, "README.md#busbw": busbw + "\n" + target + "\n",
+            "README.md#emulator": emulator, "README.md#hierarchical": hier}
+
+
 def regenerate(folder, results=None):
     exp = report.load(os.path.join(ROOT, "experiments", "cluster_net_scaling.yaml"),
                       "cluster_net_scaling")
-    return reports(exp, os.path.join(folder, "net_scaling"), runner.psar_binary())
+    rows = load(exp, os.path.join(folder, "net_scaling"), runner.psar_binary())
+    both = [r for r in rows if r["emulator_s"] is not None]
+    tol = float(exp["tolerance"])
+    points = (f"Of the {len(both)} points with both, the median cluster ÷ emulator is "
+              f"{statistics.median(r['cluster_s'] / r['emulator_s'] for r in both):.2f}; "
+              f"{sum(abs(r['cluster_s'] / r['emulator_s'] - 1) > tol for r in both)} differ by more "
+              f"than {tol:.0%}.\n")
+    return {**reports(exp, os.path.join(folder, "net_scaling"), runner.psar_binary()),
+            **efficiency(folder), "README.md#points": points}
 
 
 def main():

@@ -23,7 +23,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     names, problems = check.check(args.results, args.folders or None, args.write)
     for name, reason in check.unchecked_folders(names):
-        print(f"not regenerated: {name} ({reason})")
+        print(f"not regenerated: {name}: {reason}")
     for p in problems:
         print(p)
     print(f"psar_exp check: {len(names)} folder(s), "

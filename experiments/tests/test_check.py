@@ -98,3 +98,10 @@ def test_difference_names_the_first_differing_line():
     assert difference("f.md", "a\nb\n", "a\nb\n") is None
     assert difference("f.md", "a\nb\n", "a\nc\n") == "f.md:2: committed 'b', the data gives 'c'"
     assert "lacks" in difference("f.md", "a", "a\nb")
+
+
+def test_folders_the_check_does_not_regenerate_are_listed_on_every_run(capsys):
+    assert main(["check", "bench_linear", "tuning"]) == 0
+    out = capsys.readouterr().out
+    assert "not regenerated: bench_linear: " in out
+    assert "not regenerated: tuning" not in out

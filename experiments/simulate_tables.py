@@ -20,15 +20,12 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from psar_exp import ROOT  # noqa: E402
-from psar_exp.io import md_table, write_text  # noqa: E402
-from psar_exp.runner import (add_output_flags, begin, output_root, psar_binary,  # noqa: E402
-                             record_provenance)
+from psar_exp import ROOT
+from psar_exp.io import md_table, write_text
+from psar_exp.runner import add_output_flags, begin, output_root, psar_binary, record_provenance
 
 CONFIGS = os.path.join(ROOT, "experiments", "simulate")
 CALIBRATION_ROW = "megatron_145p6b"

@@ -4,10 +4,8 @@ without the tensor-parallel all-reduces."""
 
 import os
 import statistics
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import sim_validation  # noqa: E402
+import sim_validation
 
 
 def write_run(folder, rows):

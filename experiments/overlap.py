@@ -227,8 +227,12 @@ def readme_blocks(rows, shown=("ring", "ps")):
         f"- Step ≤ {STEP_FACTOR} × max(plain compute, plain sync): met at {len(step_ok(mine))} of "
         f"{len(mine)} overlapped {' and '.join(shown)} points (" +
         ("; ".join(f"{where(r)}: {num(r, 'step_vs_max_plain'):.2f}" for r in step_ok(mine)) or "none") +
-        f"); over all backends at {len(step_ok(on))} of {len(on)} (" +
-        "; ".join(where(r) for r in step_ok(on) if r["backend"] not in shown) + " besides).",
+        f"); over all backends at {len(step_ok(on))} of {len(on)}" +
+        ("".join(f"; {where(r)}" for r in step_ok(on) if r["backend"] not in shown) or "") + ". "
+        "Closest: " + ", ".join(
+            f"{b}: {where(r)}, {num(r, 'step_vs_max_plain'):.2f}"
+            for b, r in ((b, min((r for r in mine if r["backend"] == b),
+                                 key=lambda r: num(r, "step_vs_max_plain"))) for b in shown)) + ".",
         f"- Both targets at once: {sum(r['targets_met'] == 'yes' for r in on)} of {len(on)} points.",
         f"- Overlapped {' and '.join(shown)} points whose step is shorter than with the overlap off "
         f"({len(shorter)} of {len(mine)}): " + "; ".join(shorter) + "."]
@@ -278,6 +282,97 @@ def cpu_table(rows):
     return md_table(["backend", "mode", "CPU s per run", "step ms", "compute ms", "exposed ms"], body)
 
 
+def narrative_blocks(folder, results, modes_rows):
+    """The figures the README's reading cites, each from the committed CSVs."""
+    f = lambda r, k: float(r[k])  # noqa: E731
+    get = {(r["network"], int(r["ranks"]), r["backend"], r["mode"]): r for r in modes_rows}
+    nets = list(dict.fromkeys(r["network"] for r in modes_rows))
+    allreduce = [b for b in dict.fromkeys(r["backend"] for r in modes_rows) if b != "ps"]
+    mean = lambda net, n, m, fn: statistics.fmean(fn(get[(net, n, b, m)]) for b in allreduce)  # noqa: E731
+    loads = [f(r, "load1_median") for r in modes_rows]
+    spread = max(max(map(float, r["step_ms_repeats"].split())) / min(map(float, r["step_ms_repeats"].split()))
+                 for r in modes_rows)
+    net0 = nets[0]
+    ring_off, ps_off = get[(net0, 2, "ring", "off")], get[(net0, 2, "ps", "off")]
+    predicted = next(float(r["predicted_sync_ms"]) for r in read_csv(
+        os.path.join(results, "ps_vs_allreduce", "scaling.csv"))
+        if r["method"] == "ring" and r["workers"] == "2" and r["network"] == net0.replace("-", "@"))
+    setup = (f"Measured: the 1-minute load average {min(loads):.1f}–{max(loads):.1f} over the points "
+             f"(`load1_median`); the slowest of a point's repeats up to {spread:.1f}× its fastest "
+             f"(`step_ms_repeats`). At {net0}, N = 2, ring off: compute {f(ring_off, 'compute_ms'):.1f} ms "
+             f"against a sync of {f(ring_off, 'sync_ms'):.1f} ms ({predicted:.1f} ms predicted, "
+             f"results/ps_vs_allreduce); the PS's sync there {f(ps_off, 'sync_ms'):.1f} ms.\n")
+    thread = lambda r: f(r, "sync_ms") - f(r, "exposed_ms")  # noqa: E731
+    last = nets[-1]
+    ff = [get[(last, 2, b, "front_first")] for b in allreduce]
+    fi = [get[(last, 2, b, "fifo")] for b in allreduce]
+    span = lambda rs, k: f"{min(f(r, k) for r in rs):.0f}–{max(f(r, k) for r in rs):.0f}"  # noqa: E731
+    effects = "\n".join([
+        "- Effect 1, at N = 2, the mean compute of the allreduces off → fifo: " +
+        "; ".join(f"{net} {mean(net, 2, 'off', lambda r: f(r, 'compute_ms')):.1f} → "
+                  f"{mean(net, 2, 'fifo', lambda r: f(r, 'compute_ms')):.1f} ms" for net in nets) + ".",
+        "- Effect 2, at N = 2, the thread's time in the allreduces with fifo (sync − exposed) "
+        "against the plain sync (means over the allreduces): " +
+        "; ".join(f"{net} {mean(net, 2, 'fifo', thread):.1f} against "
+                  f"{mean(net, 2, 'off', lambda r: f(r, 'sync_ms')):.1f} ms" for net in nets) +
+        f". At {last}, N = 2, front_first against fifo: compute {span(ff, 'compute_ms')} against "
+        f"{span(fi, 'compute_ms')} ms, step {span(ff, 'step_ms')} against {span(fi, 'step_ms')} ms"
+        f" (front_first lower for {sum(f(a, 'step_ms') < f(b, 'step_ms') for a, b in zip(ff, fi))} "
+        f"of {len(ff)} allreduces).",
+        f"- Effect 3, the ring's compute at N = 4, {net0}, off → fifo: "
+        f"{f(get[(net0, 4, 'ring', 'off')], 'compute_ms'):.1f} → "
+        f"{f(get[(net0, 4, 'ring', 'fifo')], 'compute_ms'):.1f} ms."]) + "\n"
+    buckets = read_csv(os.path.join(folder, "buckets.csv"))
+    smallest = buckets[0]["bucket"]
+    small = [f(r, "step_ms") for r in buckets if r["bucket"] == smallest and r["backend"] != "ps"]
+    ps = {r["bucket"]: f(r, "step_ms") for r in buckets if r["backend"] == "ps"}
+    ps_best = min(ps, key=ps.get)
+    bucket_notes = (f"Allreduces at {smallest} buckets: {min(small):.1f}–{max(small):.1f} ms a step; "
+                    f"the PS {ps[ps_best]:.1f} ms at {ps_best} against {ps['whole']:.1f} ms with the "
+                    "whole model in one bucket.\n")
+    plain = read_csv(os.path.join(results, "ps_vs_allreduce", "scaling.csv"))
+    over = read_csv(os.path.join(folder, "ps_vs_allreduce_overlap", "scaling.csv"))
+    key = lambda r: (r["network"], r["method"], r["servers"], r["workers"])  # noqa: E731
+    on = {key(r): f(r, "step_ms") for r in over}
+    pairs = [(r, f(r, "step_ms"), on[key(r)]) for r in plain if key(r) in on]
+    n1, nl = over[0]["network"], over[-1]["network"]
+    s1 = [(r["workers"], a, b) for r, a, b in pairs if r["network"] == n1 and r["method"] == "ps"
+          and r["servers"] == "1" and int(r["workers"]) >= 4]
+    worst = max((b / a, r) for r, a, b in pairs if r["network"] == nl)
+    against = (f"At {n1} the PS with one shard: " +
+               ", ".join(f"N = {w}: {a:.0f} → {b:.0f} ms" for w, a, b in s1) +
+               f". At {nl} the overlapped run is up to {worst[0]:.1f}× slower ({worst[1]['method']} "
+               f"N = {worst[1]['workers']}).\n")
+    cpu = read_csv(os.path.join(folder, "cpu.csv"))
+    by = defaultdict(list)
+    for r in cpu:
+        by[(r["backend"], r["mode"])].append(r)
+    med = lambda b, m, fn: statistics.median(fn(r) for r in by[(b, m)])  # noqa: E731
+    cpu_s = lambda r: f(r, "user_s") + f(r, "sys_s")  # noqa: E731
+    extra = [med("ring", m, cpu_s) - med("ring", "off", cpu_s) for m in ("fifo", "front_first")]
+    steps = int(cpu[0]["steps"])
+    ranks = 2
+    disturbed = [max(f(r, "step_ms") for r in by[("ring", m)]) for m in ("fifo", "front_first")]
+    cpu_notes = (f"With the ring the overlap costs {min(extra):.2f}–{max(extra):.2f} s more CPU per "
+                 f"{steps}-step run, {1e3 * min(extra) / steps / ranks:.0f}–"
+                 f"{1e3 * max(extra) / steps / ranks:.0f} ms per rank and step; the PS's fifo "
+                 f"{med('ps', 'fifo', cpu_s) - med('ps', 'off', cpu_s):+.2f} s, with its step "
+                 f"{med('ps', 'off', lambda r: f(r, 'step_ms')):.1f} → "
+                 f"{med('ps', 'fifo', lambda r: f(r, 'step_ms')):.1f} ms. The slowest ring repeat of "
+                 f"each overlapped mode: {disturbed[0]:.0f} and {disturbed[1]:.0f} ms a step (the "
+                 "median leaves it out).\n")
+    psff, psfi, psoff = (get[(net0, 2, "ps", m)] for m in ("front_first", "fifo", "off"))
+    front = (f"At {net0}, N = 2, the PS's step: front_first {f(psff, 'step_ms'):.1f}, fifo "
+             f"{f(psfi, 'step_ms'):.1f}, off {f(psoff, 'step_ms'):.1f} ms (the negotiated version); in "
+             f"the CPU runs (the version without negotiation): front_first "
+             f"{med('ps', 'front_first', lambda r: f(r, 'step_ms')):.1f}, fifo "
+             f"{med('ps', 'fifo', lambda r: f(r, 'step_ms')):.1f}, off "
+             f"{med('ps', 'off', lambda r: f(r, 'step_ms')):.1f} ms.\n")
+    return {"README.md#setup": setup, "README.md#effects": effects,
+            "README.md#bucket_notes": bucket_notes, "README.md#against_notes": against,
+            "README.md#cpu_notes": cpu_notes, "README.md#front_first": front}
+
+
 def regenerate(folder, results=None):
     exp = report.load(os.path.join(ROOT, "experiments", "overlap.yaml"), "overlap")
     spec = exp["experiment"]["sweep"]["buckets"]
@@ -291,7 +386,36 @@ def regenerate(folder, results=None):
             "README.md#against_plain": against_plain(
                 read_csv(os.path.join(results, "ps_vs_allreduce", "scaling.csv")),
                 read_csv(os.path.join(folder, "ps_vs_allreduce_overlap", "scaling.csv"))),
-            "README.md#cpu": cpu_table(read_csv(os.path.join(folder, "cpu.csv")))}
+            "README.md#cpu": cpu_table(read_csv(os.path.join(folder, "cpu.csv"))),
+            **narrative_blocks(folder, results, modes_rows),
+            **quiet_blocks(os.path.join(folder, "quiet_ring_ps"), modes_rows)}
+
+
+def quiet_blocks(quiet, loaded_rows):
+    """quiet_ring_ps/: its modes.md and its README's figures, beside the
+    loaded host's rows."""
+    rows = read_csv(os.path.join(quiet, "modes.csv"))
+    f = lambda r, k: float(r[k])  # noqa: E731
+    blocks = readme_blocks(rows)
+    off = [r for r in rows if r["mode"] == "off"]
+    loaded = [r for r in loaded_rows if r["mode"] == "off" and r["backend"] in ("ring", "ps")]
+    ring2 = next(r for r in off if r["backend"] == "ring" and r["ranks"] == "2")
+    get = {(r["network"], r["ranks"], r["backend"], r["mode"]): r for r in rows}
+    psff = get[(ring2["network"], "2", "ps", "front_first")]
+    psfi = get[(ring2["network"], "2", "ps", "fifo")]
+    ringfi = get[(ring2["network"], "2", "ring", "fifo")]
+    text = (f"Compute (forward + backward) with the overlap off: "
+            f"{min(f(r, 'compute_ms') for r in off):.1f}–{max(f(r, 'compute_ms') for r in off):.1f} ms "
+            f"here, {min(f(r, 'compute_ms') for r in loaded):.1f}–{max(f(r, 'compute_ms') for r in loaded):.1f}"
+            f" ms on the loaded host (`../modes.csv`, load {min(f(r, 'load1_median') for r in loaded):.1f}–"
+            f"{max(f(r, 'load1_median') for r in loaded):.1f}; here "
+            f"{min(f(r, 'load1_median') for r in rows):.1f}–{max(f(r, 'load1_median') for r in rows):.1f}). "
+            f"The ring's plain sync at {ring2['network']}, N = 2: {f(ring2, 'sync_ms'):.1f} ms; its "
+            f"step there off → fifo {f(ring2, 'step_ms'):.1f} → {f(ringfi, 'step_ms'):.1f} ms. The PS's "
+            f"front_first against fifo there: {f(psff, 'step_ms'):.1f} against {f(psfi, 'step_ms'):.1f} ms.\n")
+    return {"quiet_ring_ps/modes.md": modes_md(rows),
+            "quiet_ring_ps/README.md#targets": blocks["README.md#targets"],
+            "quiet_ring_ps/README.md#figures": text}
 
 
 def buckets(exp, exp_path, out_root, binary, quick, dry_run):

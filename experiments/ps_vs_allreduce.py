@@ -298,10 +298,12 @@ def regenerate(folder, results=None):
     c = exp["experiment"]["sweep"]["consistency"]
     net, _ = network(exp["experiment"]["sweep"]["networks"][0], exp)
     rows = read_csv(os.path.join(folder, "scaling.csv"))
-    curves = consistency_curves(folder, c["workers"], c["servers"], c["models"])
-    return {"scaling.md": scaling_md(rows, model_params(rows)),
-            **consistency_texts(curves, c["workers"], c["servers"], net),
-            **readme_blocks(rows, curves)}
+    texts = {"scaling.md": scaling_md(rows, model_params(rows))}
+    if os.path.exists(os.path.join(folder, "consistency.csv")):  # not a --only scaling run
+        curves = consistency_curves(folder, c["workers"], c["servers"], c["models"])
+        texts.update(**consistency_texts(curves, c["workers"], c["servers"], net),
+                     **readme_blocks(rows, curves))
+    return texts
 
 
 

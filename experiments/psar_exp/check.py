@@ -69,6 +69,14 @@ def both(*regens):
     return regenerate
 
 
+def within(sub, regen):
+    """`regen` applied to the subfolder `sub` (its files named from the folder)."""
+    def regenerate(folder, results):
+        return {os.path.join(sub, k): v for k, v in regen(os.path.join(folder, sub), results).items()}
+    regenerate.how = f"{sub}/: {regen.how}"
+    return regenerate
+
+
 def partly(regen, reason):
     """`regen`, which leaves part of its folder unchecked for `reason`."""
     regen.unchecked = reason
@@ -103,7 +111,7 @@ FOLDERS = {
         "minutes and whose simulator-time columns are wall-clock measurements; plan_*.md from psar "
         "plan")),
     "ps_vs_allreduce": script("ps_vs_allreduce"),
-    "overlap": script("overlap"),
+    "overlap": both(script("overlap"), within("ps_vs_allreduce_overlap", script("ps_vs_allreduce"))),
     "pp_measured": script("pp_report"),
     "pp_schedules": script("pp_schedule_tables"),
     "bench_linear": unchecked("the README's table is the benchmark's only record: no data file "
@@ -176,6 +184,20 @@ def readme_expected(folder, committed, regenerated, write=False):
     return fill_blocks(committed, bodies, os.path.join(folder, "README.md")) if bodies else committed
 
 
+def readmes(folder):
+    """README.md of the folder and of its subfolders that say how they were
+    produced (a provenance block), relative to `folder`; run directories
+    (no README) are not entered past the second level."""
+    found = ["README.md"]
+    for entry in sorted(os.listdir(folder)):
+        path = os.path.join(folder, entry, "README.md")
+        if os.path.exists(path):
+            with open(path) as f:
+                if runner.PROVENANCE_BEGIN in f.read():
+                    found.append(os.path.join(entry, "README.md"))
+    return found
+
+
 def check_folder(folder, results, write=False):
     """Differences (one line each) between `folder` and what its data gives;
     with `write`, the regenerated texts replace the committed ones instead
@@ -192,16 +214,22 @@ def check_folder(folder, results, write=False):
         texts = regen(folder, results)
     except (OSError, KeyError, ValueError, GeneratedError, runner.RunError) as e:
         return [f"{folder}: cannot regenerate ({regen.how}): {type(e).__name__}: {e}"]
-    with open(readme) as f:
-        committed_readme = f.read()
-    if not PROVENANCE.search(committed_readme):
-        problems.append(f"{readme}: no provenance block (psar_exp.runner.record_provenance)")
-    try:
-        texts = {**{k: v for k, v in texts.items() if "#" not in k},
-                 "README.md": texts.get("README.md") or readme_expected(folder, committed_readme, texts, write)}
-    except GeneratedError as e:
-        return problems + [str(e)]
-    for rel, text in sorted(texts.items()):
+    whole = {k: v for k, v in texts.items() if "#" not in k}
+    for rel in sorted(set(readmes(folder)) | {k.split("#")[0] for k in texts if "#" in k}):
+        path = os.path.join(folder, rel)
+        with open(path) as f:
+            committed = f.read()
+        if not PROVENANCE.search(committed):
+            problems.append(f"{path}: no provenance block (psar_exp.runner.record_provenance)")
+        if rel in whole:
+            continue
+        blocks_of = {k.replace(rel, "README.md", 1): v for k, v in texts.items()
+                     if k.startswith(rel + "#")}
+        try:
+            whole[rel] = readme_expected(os.path.dirname(path), committed, blocks_of, write)
+        except GeneratedError as e:
+            problems.append(str(e))
+    for rel, text in sorted(whole.items()):
         path = os.path.join(folder, rel)
         if write:
             write_text(path, text)

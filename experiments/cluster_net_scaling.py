@@ -326,7 +326,44 @@ def regenerate(folder, results=None):
               f"{sum(abs(r['cluster_s'] / r['emulator_s'] - 1) > tol for r in both)} differ by more "
               f"than {tol:.0%}.\n")
     return {**reports(exp, os.path.join(folder, "net_scaling"), runner.psar_binary()),
-            **efficiency(folder), "README.md#points": points}
+            **efficiency(folder), "README.md#points": points, "README.md#groups": groups(rows, tol)}
+
+
+def groups(rows, tol):
+    """The figures of the README's groups of cluster ÷ emulator, from the rows."""
+    ce = lambda r: r["cluster_s"] / r["emulator_s"]  # noqa: E731
+    ca = lambda r: r["cluster_s"] / r["alpha_beta_s"]  # noqa: E731
+    span = lambda xs: f"{min(xs):.2f}–{max(xs):.2f}" if xs else "—"  # noqa: E731
+    lay = lambda r: f"{r['hosts']} hosts × {r['per_host']}"  # noqa: E731
+    whole, seg = ("naive", "butterfly", "halving_doubling"), ("ring", "tree", "hierarchical")
+    emu = [r for r in rows if r["emulator_s"] is not None]
+    big = lambda r: r["size"] >= 8 * 2**20  # noqa: E731
+    segbig = [r for r in emu if r["method"] in seg and big(r)]
+    near = [r for r in segbig if ce(r) - 1 <= tol + 0.05]
+    far = sorted((r for r in segbig if r not in near), key=ce)
+    small8 = [ce(r) for r in emu if r["method"] in seg and r["hosts"] == 8 and r["size"] == 2 * 2**20]
+    ps = [r for r in rows if r["method"].startswith("ps")]
+    lines = [
+        f"- Whole-vector exchanges ({', '.join(whole)}): cluster ÷ emulator "
+        f"{span([ce(r) for r in emu if r['method'] in whole and r['per_host'] == 1])} with one rank "
+        f"per host, {span([ce(r) for r in emu if r['method'] in whole and r['per_host'] > 1])} on "
+        f"2 hosts × K; at N = 2, 8–32 MiB: "
+        f"{span([ce(r) for r in emu if r['method'] in whole and r['N'] == 2 and big(r)])}. Open MPI's "
+        f"`mpi` ÷ α-β: {span([ca(r) for r in rows if r['method'] == 'mpi'])}. The segmented "
+        f"algorithms on 2 hosts × 1 at 8–32 MiB: "
+        f"{span([ce(r) for r in emu if r['method'] in seg and r['hosts'] == 2 and r['per_host'] == 1 and big(r)])}.",
+        f"- {', '.join(seg)} at 8–32 MiB: {span([ce(r) for r in near])} in {len(near)} of {len(segbig)} "
+        f"points; further above: " + "; ".join(f"{r['method']} on {lay(r)} at {human(r['size'])} "
+                                               f"{ce(r):.2f}" for r in far) +
+        f"; every segmented algorithm at 2M on 8 hosts: {span(small8)}.",
+        "- On 2 hosts × K, cluster ÷ emulator: " +
+        ", ".join(f"{m} {span([ce(r) for r in emu if r['method'] == m and r['per_host'] > 1])}" for m in seg) +
+        "; cluster ÷ α-β: " +
+        ", ".join(f"{m} {span([ca(r) for r in rows if r['method'] == m and r['per_host'] > 1])}" for m in seg) + ".",
+        f"- The parameter server, one rank per host: cluster ÷ emulator "
+        f"{span([ce(r) for r in ps if r['emulator_s'] is not None and r['per_host'] == 1])}; on 2 hosts × K "
+        f"cluster ÷ α-β {span([ca(r) for r in ps if r['per_host'] > 1])}."]
+    return "\n".join(lines) + "\n"
 
 
 def main():

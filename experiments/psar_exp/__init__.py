@@ -5,6 +5,11 @@
     units    sizes, durations and bandwidths as psar spells them
     costs    the allreduce cost forms and exact byte counts, from `psar cost`
     report   experiment and report YAMLs, validated on load
+    generated  README blocks the reports fill, and the difference of two texts
+    check    every results folder against what its committed data regenerates
+
+`python3 -m psar_exp` (from experiments/) is the one entry point: `check`,
+and every experiment script by name (psar_exp/__main__.py).
 
 The scripts in experiments/ are thin definitions on top of it; they import it
 as `psar_exp` (Python puts a script's own folder first on sys.path), and the

@@ -1,19 +1,49 @@
-"""python3 -m psar_exp (from experiments/): the harness's commands.
+"""python3 -m psar_exp (from experiments/): the harness's one entry point.
 
-    check [--results DIR] [FOLDER ...]   every results folder against what its
-                                         committed data regenerates; exit 1
-                                         naming each difference; --write
-                                         writes the regenerated texts instead
+    check [--results DIR] [--write] [FOLDER ...]
+        every results folder against what its committed data regenerates;
+        exit 1 naming each difference; --write writes the regenerated texts
+        instead (no experiment runs)
+    COMMAND [ARGS ...]
+        one of the experiment scripts below, with its own flags; every one
+        that runs psar takes --reference (write results/) and --exploratory
+        (run from a dirty tree; never under results/), and writes under
+        runs/ otherwise
+
+Launchers (experiments/<COMMAND>.py): {launchers}
 """
 
 import argparse
+import os
+import runpy
 import sys
 
-from psar_exp import check
+from psar_exp import ROOT, check
+
+# The scripts of experiments/ that run or report; each keeps its own flags.
+LAUNCHERS = ("run", "pp_measure", "gpt_3d", "auto_tuning", "net_scaling", "cluster_net_scaling",
+             "cluster_placement", "overlap", "ps_vs_allreduce", "report_collectives",
+             "sim_validation", "simulate_tables", "pp_schedule_tables", "pp_report", "tp_report",
+             "sync_table", "plot")
+USAGE = __doc__.format(launchers=", ".join(LAUNCHERS))
+
+
+def launch(name, args):
+    """Runs experiments/<name>.py as its own __main__ with `args`."""
+    sys.argv = [os.path.join(ROOT, "experiments", name + ".py"), *args]
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="psar_exp", description=__doc__.split("\n\n")[0])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in LAUNCHERS:
+        return launch(argv[0], argv[1:])
+    ap = argparse.ArgumentParser(prog="psar_exp", description=USAGE,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="regenerate every results folder from its data and diff")
     c.add_argument("--results", help="the results root (default: the repository's results/)")

@@ -197,3 +197,14 @@ def test_read_csv_drops_a_last_line_cut_by_a_kill_and_nothing_else(tmp_path):
     whole = tmp_path / "whole.csv"
     whole.write_text("rank,step,loss\n0,1,0.5\n0,2,0.4")  # no final newline, but complete
     assert [r["step"] for r in read_csv(str(whole))] == ["1", "2"]
+
+
+def test_psar_exp_launches_every_experiment_script_and_names_them(capsys):
+    from psar_exp.__main__ import LAUNCHERS, main
+    scripts = {f[:-3] for f in os.listdir(os.path.join(runner.ROOT, "experiments"))
+               if f.endswith(".py") and f not in ("conftest.py", "schedule_grid.py")}
+    assert set(LAUNCHERS) == scripts
+    assert main(["run", os.path.join(runner.ROOT, "experiments", "quickstart.yaml"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"--out {os.path.join(runner.ROOT, 'runs', 'quickstart')}/" in out
+    assert main(["gpt_3d", "--no-such-flag"]) == 2  # the script's own argparse answers

@@ -9,10 +9,11 @@ other measurement shares the host meanwhile:
 
     flock /tmp/psar-measure.lock experiments/overlap.py
 
-    experiments/overlap.py [EXPERIMENT.yaml] [--results DIR] [--only modes|buckets|timeline]
-                           [--backends A,B] [--name NAME] [--quick] [--dry-run]
+    experiments/overlap.py [EXPERIMENT.yaml] [--reference | --exploratory] [--results DIR]
+                           [--only modes|buckets|timeline|cpu] [--backends A,B]
+                           [--name NAME] [--quick] [--dry-run]
 
-Writes into results/<experiment.name>/:
+Writes into runs/<experiment.name>/ (results/... with --reference):
   runs/<point>_r<k>/  the run directory of every repeat (steps.csv, summary.csv, ...)
   modes.csv/.md       per network, N, backend and mode (off, fifo, front_first): the
                       median over repeats of each run's median over steps (after
@@ -21,16 +22,20 @@ Writes into results/<experiment.name>/:
                       step ≤ 1.15 × max(compute, sync) of the plain run
   buckets.csv/.md/.png  step time vs sync.bucket_bytes per backend (overlap on)
   timeline/           one overlapped run with --trace, and timeline.png (the comm track)
+  cpu.csv, cpu/       the CPU time (user + system) of plain and overlapped runs, ring and
+                      PS, N = 2, with each run's step figures (cpu())
 
 --quick: one repeat, 8 steps, N = 2 and one network (a smoke test of the script).
 """
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import time
 from collections import defaultdict
 
 from psar_exp import ROOT, report, runner
@@ -485,6 +490,47 @@ def timeline(exp, exp_path, out_root, binary, dry_run):
                     os.path.join(out_root, "timeline.png")])
 
 
+CPU_STEPS, CPU_REPEATS, CPU_SKIP = 40, 3, 5
+
+
+def cpu(exp, exp_path, out_root, binary, dry_run):
+    """The CPU time (user + system of mpirun and every rank) of plain and
+    overlapped runs, ring and PS, N = 2 at the first network, CPU_STEPS steps,
+    CPU_REPEATS repeats: what the communication thread takes from the
+    backward. cpu.csv, one row per run, with the run's step figures (median
+    over the steps after CPU_SKIP of the slowest rank's)."""
+    net = exp["experiment"]["sweep"]["networks"][0]
+    rows = []
+    for rep in range(1, CPU_REPEATS + 1):
+        for backend in ("ring", "ps"):
+            for mode in ("off", "fifo", "front_first"):
+                out = os.path.join(out_root, "cpu", f"{backend}_{mode}_r{rep}")
+                sets = (network_sets(net) + point_sets(backend, 2, mode) +
+                        [f"train.steps={CPU_STEPS}"])
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                start = time.monotonic()
+                run_point(binary, exp_path, out, 2, sets, dry_run)
+                if dry_run:
+                    continue
+                wall = time.monotonic() - start
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                by_step = defaultdict(list)
+                for r in read_csv(os.path.join(out, "steps.csv")):
+                    by_step[int(r["step"])].append(r)
+                steady = sorted(by_step)[CPU_SKIP:]
+                med = {k: round(1e3 * statistics.median(max(float(r[k]) for r in by_step[st])
+                                                        for st in steady), 2)
+                       for k in ("step_s", "compute_s", "sync_s", "exposed_sync_s")}
+                rows.append({"rep": rep, "backend": backend, "mode": mode,
+                             "user_s": round(after.ru_utime - before.ru_utime, 2),
+                             "sys_s": round(after.ru_stime - before.ru_stime, 2),
+                             "wall_s": round(wall, 2), "steps": CPU_STEPS,
+                             "step_ms": med["step_s"], "compute_ms": med["compute_s"],
+                             "sync_ms": med["sync_s"], "exposed_ms": med["exposed_sync_s"]})
+    if not dry_run:
+        write_csv(os.path.join(out_root, "cpu.csv"), rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -492,7 +538,7 @@ def main():
                     default=os.path.join(ROOT, "experiments", "overlap.yaml"))
     ap.add_argument("--results", help="default: runs/, or results/ with --reference")
     runner.add_output_flags(ap)
-    ap.add_argument("--only", choices=["modes", "buckets", "timeline"], help="run one part")
+    ap.add_argument("--only", choices=["modes", "buckets", "timeline", "cpu"], help="run one part")
     ap.add_argument("--quick", action="store_true", help="one repeat, 8 steps: a smoke test")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     ap.add_argument("--backends", help="modes: these backends (comma-separated) instead of the "
@@ -513,6 +559,8 @@ def main():
         buckets(exp, args.experiment, out_root, binary, args.quick, args.dry_run)
     if args.only in (None, "timeline"):
         timeline(exp, args.experiment, out_root, binary, args.dry_run)
+    if args.only in (None, "cpu"):
+        cpu(exp, args.experiment, out_root, binary, args.dry_run)
     if not args.dry_run:
         runner.record_provenance(out_root, state)
 

@@ -252,6 +252,15 @@ def binary_build(psar):
     return None
 
 
+def same_code(a, b):
+    """True when commits a and b differ only under results/ and runs/ (a
+    binary built at a is then the binary of b)."""
+    if not a or not b:
+        return False
+    return _git("diff", "--quiet", a, b, "--", ".",
+                *(f":(exclude){d}" for d in OUTPUT_DIRS)).returncode == 0
+
+
 def add_output_flags(ap):
     """--reference and --exploratory, the same in every launcher."""
     ap.add_argument("--reference", action="store_true",
@@ -292,7 +301,7 @@ def begin(out, exploratory=False, psar=None, argv=None, reference=False):
             problems.append(f"{psar} has no build stamp ({BUILD_STAMP}; build with scripts/build.sh)")
         elif binary[1]:
             problems.append(f"{psar} was built from a tree with uncommitted changes")
-        elif binary[0] != commit:
+        elif binary[0] != commit and not same_code(binary[0], commit):
             problems.append(f"{psar} was built at {binary[0][:12]}, the tree is at "
                             f"{(commit or 'unknown')[:12]} (rebuild with scripts/build.sh)")
     results = os.path.join(ROOT, "results")
@@ -318,7 +327,8 @@ def provenance_text(state, high_priority=False):
     short = lambda c: (c or "unknown")[:12]  # noqa: E731
     parts = [f"Command: `{state['command']}`.",
              f"Harness commit {short(state['commit'])}" +
-             (f"; psar built at {short(state['binary'])} (scripts/build.sh's stamp)."
+             (f"; psar built at {short(state['binary'])} (scripts/build.sh's stamp"
+              + ("" if state["binary"] == state["commit"] else "; no code change since") + ")."
               if state.get("psar") else "; no psar binary.")]
     if state["problems"]:
         parts.append("**Exploratory run** (--exploratory): " + "; ".join(state["problems"]) + ".")

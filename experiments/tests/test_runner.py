@@ -97,10 +97,12 @@ def test_cpu_times_read_steal_where_the_kernel_reports_it(tmp_path):
     assert runner.steal_share(None, (80, 2000)) is None
 
 
-def pinned(monkeypatch, tree=("a" * 40, []), binary=("a" * 40, [])):
-    """begin() against a stubbed checkout and build stamp."""
+def pinned(monkeypatch, tree=("a" * 40, []), binary=("a" * 40, []), same=False):
+    """begin() against a stubbed checkout and build stamp; `same`: whether
+    the two commits differ only in results/."""
     monkeypatch.setattr(runner, "tree_state", lambda: tree)
     monkeypatch.setattr(runner, "binary_build", lambda psar: binary)
+    monkeypatch.setattr(runner, "same_code", lambda a, b: same)
 
 
 def test_provenance_names_command_commits_load_and_steal_and_replaces_its_own_section(
@@ -148,6 +150,23 @@ def test_a_run_not_pinned_to_a_clean_commit_is_refused_unless_exploratory(
     state = runner.begin(str(tmp_path / "out"), exploratory=True, psar="/x/psar")
     assert any(reason in p for p in state["problems"])
     assert "**Exploratory run** (--exploratory): " in runner.provenance_text(state)
+
+
+def test_a_binary_built_before_a_results_only_commit_is_the_binary_of_the_tree(monkeypatch, tmp_path):
+    pinned(monkeypatch, binary=("b" * 40, []), same=True)
+    state = runner.begin(str(tmp_path / "out"), psar="/x/psar")
+    assert state["problems"] == []
+    assert f"psar built at {'b' * 12} (scripts/build.sh's stamp; no code change since)" in \
+        runner.provenance_text(state)
+
+
+def test_same_code_reads_git():
+    head = runner.tree_state()[0]
+    first = subprocess.run(["git", "-C", runner.ROOT, "rev-list", "--max-parents=0", "HEAD"],
+                           capture_output=True, text=True).stdout.split()[0]
+    assert runner.same_code(head, head)
+    assert not runner.same_code(first, head)  # the first commit had other code
+    assert not runner.same_code(None, head)
 
 
 def test_exploratory_runs_never_go_under_results_and_reference_runs_only_there(monkeypatch):

@@ -252,13 +252,18 @@ def binary_build(psar):
     return None
 
 
+# What the psar binary is not built from: a binary built at one commit is the
+# binary of another whose tree differs only there.
+NOT_BINARY = OUTPUT_DIRS + ("experiments", "docs")
+
+
 def same_code(a, b):
-    """True when commits a and b differ only under results/ and runs/ (a
-    binary built at a is then the binary of b)."""
+    """True when commits a and b differ only where the binary is not built
+    from (results/, runs/, the harness, the docs)."""
     if not a or not b:
         return False
     return _git("diff", "--quiet", a, b, "--", ".",
-                *(f":(exclude){d}" for d in OUTPUT_DIRS)).returncode == 0
+                *(f":(exclude){d}" for d in NOT_BINARY)).returncode == 0
 
 
 def add_output_flags(ap):
@@ -328,7 +333,7 @@ def provenance_text(state, high_priority=False):
     parts = [f"Command: `{state['command']}`.",
              f"Harness commit {short(state['commit'])}" +
              (f"; psar built at {short(state['binary'])} (scripts/build.sh's stamp"
-              + ("" if state["binary"] == state["commit"] else "; no code change since") + ")."
+              + ("" if state["binary"] == state["commit"] else "; no change to its sources since") + ")."
               if state.get("psar") else "; no psar binary.")]
     if state["problems"]:
         parts.append("**Exploratory run** (--exploratory): " + "; ".join(state["problems"]) + ".")

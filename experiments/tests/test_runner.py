@@ -99,7 +99,7 @@ def test_cpu_times_read_steal_where_the_kernel_reports_it(tmp_path):
 
 def pinned(monkeypatch, tree=("a" * 40, []), binary=("a" * 40, []), same=False):
     """begin() against a stubbed checkout and build stamp; `same`: whether
-    the two commits differ only in results/."""
+    the two commits differ only where the binary is not built from."""
     monkeypatch.setattr(runner, "tree_state", lambda: tree)
     monkeypatch.setattr(runner, "binary_build", lambda psar: binary)
     monkeypatch.setattr(runner, "same_code", lambda a, b: same)
@@ -152,11 +152,11 @@ def test_a_run_not_pinned_to_a_clean_commit_is_refused_unless_exploratory(
     assert "**Exploratory run** (--exploratory): " in runner.provenance_text(state)
 
 
-def test_a_binary_built_before_a_results_only_commit_is_the_binary_of_the_tree(monkeypatch, tmp_path):
+def test_a_binary_built_before_commits_that_leave_its_sources_alone_is_the_trees_binary(monkeypatch, tmp_path):
     pinned(monkeypatch, binary=("b" * 40, []), same=True)
     state = runner.begin(str(tmp_path / "out"), psar="/x/psar")
     assert state["problems"] == []
-    assert f"psar built at {'b' * 12} (scripts/build.sh's stamp; no code change since)" in \
+    assert f"psar built at {'b' * 12} (scripts/build.sh's stamp; no change to its sources since)" in \
         runner.provenance_text(state)
 
 

@@ -152,7 +152,10 @@ def provenance_problems(block):
         problems.append("the block does not name the command (the prose may)")
     if "psar built at" not in block and "no psar binary" not in block:
         problems.append("the commit psar was built from was not recorded")
-    commits = sorted(set(re.findall(r"\b[0-9a-f]{7,40}\b", block)))
+    commits = set(re.findall(r"\b[0-9a-f]{7,40}\b", block))
+    # A binary built at an earlier commit whose sources the later one did not
+    # change is pinned too (runner.same_code).
+    commits -= set(re.findall(r"psar built at ([0-9a-f]{7,40}) \([^)]*no change to its sources", block))
     heads = {c[:7] for c in commits}
     if len(heads) > 1:
         problems.append(f"it names {len(heads)} commits ({', '.join(sorted(heads))})")

@@ -320,7 +320,9 @@ def begin(out, exploratory=False, psar=None, argv=None, reference=False):
                        "(scripts/build.sh), or pass --exploratory (marked so; never written "
                        "under results/)")
     argv = sys.argv if argv is None else argv
-    command = " ".join([os.path.relpath(os.path.abspath(argv[0]), ROOT)] + list(argv[1:]))
+    # Paths as the repository names them, whatever the directory it ran from.
+    command = " ".join(os.path.relpath(os.path.abspath(a), ROOT) if i == 0 or os.path.exists(a)
+                       else a for i, a in enumerate(argv))
     return {**machine_state(), "command": command, "commit": commit,
             "binary": None if binary is None else binary[0], "psar": psar,
             "problems": problems if exploratory else []}

@@ -85,6 +85,9 @@ def test_a_provenance_that_does_not_pin_the_code_needs_its_note():
         "the commit psar was built from was not recorded"]
     assert "it names 2 commits (abc1234, def5678)" in check.provenance_problems(
         pinned.replace("psar built at abc1234def56", "psar built at def5678"))
+    assert check.provenance_problems(pinned.replace(
+        "psar built at abc1234def56 (scripts/build.sh's stamp)",
+        "psar built at def5678 (scripts/build.sh's stamp; no change to its sources since)")) == []
 
 
 def test_blocks_are_filled_by_name_and_a_missing_block_is_an_error():

@@ -116,8 +116,7 @@ FOLDERS = {
     "pp_schedules": script("pp_schedule_tables"),
     "bench_linear": unchecked("the README's table is the benchmark's only record: no data file "
                               "was committed"),
-    "net_1gbit": unchecked("hand-written README over the committed bench CSVs (superseded by "
-                           "net_scaling)"),
+    "net_1gbit": script("net_scaling", first=True),
     "ps_bench": unchecked("hand-written README over the committed bench CSVs and logs"),
     "pp_activation": sweep("pp_activation"),
     "pp_bubble_m": sweep("pp_bubble_m"),

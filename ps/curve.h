@@ -32,6 +32,11 @@ enum class Security { kNone, kCurve };
 Security parse_security(const std::string& name);  // ConfigError unless none | curve
 const char* to_string(Security security);
 
+// What CURVE adds to a frame on the wire: a MESSAGE command (8 bytes of
+// name, an 8-byte nonce, a flags byte) around the sealed box (16 bytes of
+// Poly1305 tag); ZMQ_MAXMSGSIZE counts the sealed frame.
+inline constexpr int64_t kCurveFrameOverhead = 8 + 8 + 1 + 16;
+
 // A Z85-encoded key pair (40 characters each).
 struct CurveKeys {
   std::string public_key;

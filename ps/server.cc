@@ -44,8 +44,9 @@ Server::Server(const ServerOptions& options, std::span<const float> initial)
   }
   tune_socket(socket_);
   // A frame larger than a chunk is hostile: ZeroMQ drops such a peer before
-  // buffering the frame.
-  const int64_t cap = std::max<int64_t>(layout_.chunk(0).size() * 4, 64 * 1024);
+  // buffering the frame. Under CURVE the limit applies to the sealed frame.
+  const int64_t cap = std::max<int64_t>(layout_.chunk(0).size() * 4, 64 * 1024) +
+                      (options.security == Security::kCurve ? kCurveFrameOverhead : 0);
   socket_.set(zmq::sockopt::maxmsgsize, cap);
   if (options.security == Security::kCurve) {
     keys_ = make_curve_keys();

@@ -111,6 +111,29 @@ INSTANTIATE_TEST_SUITE_P(Kinds, CurveIntruder,
                            }
                          });
 
+// The server refuses frames larger than a chunk (ZMQ_MAXMSGSIZE); under
+// CURVE the limit must leave room for the seal around a whole chunk. Shards
+// of exactly 64 KiB, the smallest limit, one chunk each, against the bsp
+// reference.
+TEST(CurveJob, AChunkOfExactlyTheFrameLimitPasses) {
+  constexpr int64_t kLimitFloats = 64 * 1024 / sizeof(float), kBig = 2 * kLimitFloats;
+  ServerOptions base = server_options();
+  base.security = Security::kCurve;
+  base.timeout_s = 10;
+  const auto initial = initial_params(kBig);
+  LocalJob job(initial, 2, kWorkers, base);
+  ASSERT_EQ(job.addresses.front().range.size(), kLimitFloats);
+  run_workers(kWorkers, [&](int w) {
+    Client client(job.client(w));
+    std::vector<float> params(kBig);
+    for (int64_t t = 0; t < 3; ++t) client.push_pull(make_grad(w, t, kBig), params);
+  });
+  job.join();
+  EXPECT_LE(testing::relative_error(job.params(), testing::reference_bsp(initial, kWorkers, 3,
+                                                                          server_options().optimizer)),
+            1e-6);
+}
+
 // (Its push would count as worker 0's: the job is not trained after it.)
 TEST(CurveProbe, DoesGetRepliesFromAPlainJob) {
   LocalJob job(initial_params(kSize), kShards, kWorkers);

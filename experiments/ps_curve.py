@@ -7,9 +7,10 @@ size, and the table of their ratio.
     experiments/ps_curve.py --table-only [--out results/ps_curve]    the table from bench.csv again
 
 Each repeat runs the benchmark twice, plain and curve, in alternating order
-(so drifting background load hits both alike), each under
-`flock /tmp/psar-measure.lock` so no other measurement of this machine runs
-beside it, with `uptime` and `vmstat 1 3` recorded before it (machine.txt).
+(so drifting background load hits both alike), with `uptime` and
+`vmstat 1 3` recorded before each run (machine.txt). The whole measurement
+holds /tmp/psar-measure.lock (flock), so no other measurement of this
+machine runs in between; it waits for the lock at most --lock-wait seconds.
 The rows of every run go to bench.csv (columns: repeat, security, then the
 benchmark's own). README.md gets the table: per size, the median over
 repeats of the PS time in each mode and their ratio curve / plain; and the
@@ -19,10 +20,12 @@ echo) cancels the load the two runs saw differently.
 """
 
 import argparse
+import fcntl
 import os
 import statistics
 import subprocess
 import tempfile
+import time
 from collections import defaultdict
 
 from psar_exp import ROOT, runner
@@ -35,8 +38,22 @@ MODES = {"none": "ps", "curve": "ps_curve"}
 
 
 def bench_command(psar, security, csv):
-    return (["flock", LOCK] + runner.mpirun_prefix(RANKS) +
+    return (runner.mpirun_prefix(RANKS) +
             [psar, "bench", "ps", *BENCH, "--csv", csv, "--set", f"ps.security={security}"])
+
+
+def hold_measure_lock(wait_s):
+    """The machine's measurement lock, held until the process ends."""
+    f = open(LOCK, "a")
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return f
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise runner.RunError(f"{LOCK} still held by another measurement after {wait_s} s")
+            time.sleep(1)
 
 
 def machine_lines():
@@ -45,9 +62,10 @@ def machine_lines():
     return [f"uptime: {up}", "vmstat 1 3:", vm]
 
 
-def measure(out, repeats):
+def measure(out, repeats, lock_wait):
     psar = runner.psar_binary()
     os.makedirs(out, exist_ok=True)
+    lock = hold_measure_lock(lock_wait)  # noqa: F841 (held while measuring)
     before = runner.machine_state()
     rows, notes = [], [f"commit {runner.commit()}"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,8 +123,8 @@ def write_readme(out, before):
 `mpirun -np {RANKS} psar bench ps {' '.join(BENCH)}` (one shard, two
 workers, bsp push_pull of M floats, TCP loopback), once with
 `--set ps.security=none` and once with `--set ps.security=curve` per repeat,
-{repeats} repeats in alternating order, each run under
-`flock {LOCK}`. A time is the benchmark's: the median over rounds of the
+{repeats} repeats in alternating order, all of them holding
+`{LOCK}` (no other measurement in between). A time is the benchmark's: the median over rounds of the
 slowest worker's mean time per push_pull. Below, per size, the median over
 repeats of each mode, their ratio, and the ratio taken against the plain
 ZeroMQ echo of the same messages that each run times beside its PS
@@ -126,8 +144,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "ps_curve"))
     ap.add_argument("--table-only", action="store_true", help="only rewrite README.md from bench.csv")
+    ap.add_argument("--lock-wait", type=float, default=1800, help="seconds to wait for the lock")
     args = ap.parse_args()
-    before = None if args.table_only else measure(args.out, args.repeats)
+    before = None if args.table_only else measure(args.out, args.repeats, args.lock_wait)
     if args.table_only:
         # Keep the provenance the measuring run recorded.
         with open(os.path.join(args.out, "README.md")) as f:

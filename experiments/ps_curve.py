@@ -24,8 +24,8 @@ import fcntl
 import os
 import statistics
 import subprocess
+import signal
 import tempfile
-import time
 from collections import defaultdict
 
 from psar_exp import ROOT, runner
@@ -43,17 +43,22 @@ def bench_command(psar, security, csv):
 
 
 def hold_measure_lock(wait_s):
-    """The machine's measurement lock, held until the process ends."""
+    """The machine's measurement lock, held until the returned file is
+    closed. A blocking wait (a poller would lose the lock to every blocked
+    waiter), ended by an alarm after wait_s."""
     f = open(LOCK, "a")
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return f
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise runner.RunError(f"{LOCK} still held by another measurement after {wait_s} s")
-            time.sleep(1)
+
+    def expired(*_):
+        raise runner.RunError(f"{LOCK} still held by other measurements after {wait_s:.0f} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(max(1, int(wait_s)))
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    return f
 
 
 def machine_lines():

@@ -6,9 +6,11 @@
 # the end). Skips (exit 77), saying why, only when Slurm cannot start here.
 #
 # launch: `srun -O -n 4 --mpi=pmix psar train` and the same run under
-#   `mpirun -np 4` write the same step rows (times aside), 4 ranks × S steps,
-#   and the same checkpoints byte for byte; the sbatch template
-#   (scripts/slurm/psar.sbatch) runs the same job to the same checkpoint.
+#   `mpirun -np 4` write the same step rows (times aside), S steps per rank,
+#   and the same checkpoints byte for byte — with a ring allreduce, and with
+#   the parameter server under ps.security curve (1 shard, 3 workers); the
+#   sbatch template (scripts/slurm/psar.sbatch) runs the ring job to the
+#   same checkpoint.
 # sigterm: a job of the sbatch template, cancelled by Slurm the way a time
 #   limit ends it (SIGTERM to every rank, SIGKILL KillWait = 30 s later),
 #   leaves summary.csv with status terminated and rows up to its last step;
@@ -54,35 +56,46 @@ same_checkpoint() {
   done
   ((files == NP)) || fail "$files checkpoint files at step $3 in $2, expected $NP"
 }
-# Whole rows 1..$2 for each of the NP ranks in run $1.
+# Whole rows 1..$2 for each of the $3 ranks in run $1.
 rows_complete() {
-  awk -F, -v np=$NP -v s="$2" 'NR > 1 { n[$1]++; if ($2 != last[$1] + 1) bad = 1; last[$1] = $2 }
+  awk -F, -v np="$3" -v s="$2" 'NR > 1 { n[$1]++; if ($2 != last[$1] + 1) bad = 1; last[$1] = $2 }
     END { for (r = 0; r < np; r++) if (n[r] != s || last[r] != s) bad = 1; exit bad }' "$1/steps.csv"
 }
 
-if [[ $mode == launch ]]; then
+# srun and mpirun run the same job ($1: a name; $2: the ranks that write
+# rows; the rest: psar train arguments): the same rows, checkpoints and summary.
+same_under_srun_and_mpirun() {
+  local name=$1 rows=$2
+  shift 2
   timeout 300 srun -O -n $NP --mpi=pmix "$psar" train "$config" "${train_args[@]}" \
-    --set train.steps=$S --out "$work/srun" >"$work/srun.log" 2>&1 ||
-    { cat "$work/srun.log"; fail "srun -n $NP psar train failed"; }
+    --set train.steps=$S --out "$work/srun_$name" "$@" >"$work/srun_$name.log" 2>&1 ||
+    { cat "$work/srun_$name.log"; fail "$name: srun -n $NP psar train failed"; }
   timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np $NP "$psar" train "$config" \
-    "${train_args[@]}" --set train.steps=$S --out "$work/mpirun" >"$work/mpirun.log" 2>&1 ||
-    { cat "$work/mpirun.log"; fail "mpirun -np $NP psar train failed"; }
-  grep -q "^[^,]*,[^,]*,$NP,$S,.*,finished$" "$work/srun/summary.csv" ||
-    fail "srun's summary.csv is not a finished run of $NP ranks and $S steps: $(cat "$work/srun/summary.csv")"
-  rows_complete "$work/srun" $S || fail "srun's steps.csv does not hold rows 1..$S for each of $NP ranks"
-  diff <(untimed "$work/mpirun/steps.csv") <(untimed "$work/srun/steps.csv") >/dev/null ||
-    fail "the step rows under srun differ from those under mpirun"
-  [[ $(complete_checkpoints "$work/srun" | tr '\n' ' ') == "$(complete_checkpoints "$work/mpirun" | tr '\n' ' ')" ]] ||
-    fail "srun kept checkpoints $(complete_checkpoints "$work/srun"), mpirun $(complete_checkpoints "$work/mpirun")"
-  for c in $(complete_checkpoints "$work/mpirun"); do same_checkpoint "$work/srun" "$work/mpirun" "$c"; done
-  echo "slurm_test: srun and mpirun: same rows of $NP ranks × $S steps, same checkpoints $(complete_checkpoints "$work/srun" | tr '\n' ' ')"
+    "${train_args[@]}" --set train.steps=$S --out "$work/mpirun_$name" "$@" >"$work/mpirun_$name.log" 2>&1 ||
+    { cat "$work/mpirun_$name.log"; fail "$name: mpirun -np $NP psar train failed"; }
+  local srun=$work/srun_$name ref=$work/mpirun_$name
+  grep -q "^[^,]*,[^,]*,$NP,$S,.*,finished$" "$srun/summary.csv" ||
+    fail "$name: srun's summary.csv is not a finished run of $NP ranks and $S steps: $(cat "$srun/summary.csv")"
+  rows_complete "$srun" $S "$rows" || fail "$name: srun's steps.csv does not hold rows 1..$S for each of $rows ranks"
+  diff <(untimed "$ref/steps.csv") <(untimed "$srun/steps.csv") >/dev/null ||
+    fail "$name: the step rows under srun differ from those under mpirun"
+  [[ $(complete_checkpoints "$srun" | tr '\n' ' ') == "$(complete_checkpoints "$ref" | tr '\n' ' ')" ]] ||
+    fail "$name: srun kept checkpoints $(complete_checkpoints "$srun"), mpirun $(complete_checkpoints "$ref")"
+  for c in $(complete_checkpoints "$ref"); do same_checkpoint "$srun" "$ref" "$c"; done
+  echo "slurm_test: $name: srun and mpirun: same rows of $rows ranks × $S steps, same checkpoints $(complete_checkpoints "$srun" | tr '\n' ' ')"
+}
+
+if [[ $mode == launch ]]; then
+  same_under_srun_and_mpirun ring $NP --sync ring
+  # The parameter server, encrypted: endpoints and keys exchanged under srun's PMIx.
+  same_under_srun_and_mpirun ps_curve $((NP - 1)) --sync ps --set ps.security=curve
 
   # The sbatch template, --overcommit for 4 tasks on 2 CPUs.
   job=$(cd "$work" && PSAR=$psar sbatch --parsable --wait -O -n $NP -o "$work/sbatch.out" \
           "$src/scripts/slurm/psar.sbatch" "$config" "$work/sbatch" "${train_args[@]}" \
           --set train.steps=$S) || { cat "$work/sbatch.out"; fail "sbatch psar.sbatch failed"; }
-  rows_complete "$work/sbatch" $S || fail "the sbatch job's steps.csv is not whole"
-  same_checkpoint "$work/sbatch" "$work/mpirun" $S
+  rows_complete "$work/sbatch" $S $NP || fail "the sbatch job's steps.csv is not whole"
+  same_checkpoint "$work/sbatch" "$work/mpirun_ring" $S
   echo "slurm_test: sbatch job $job: same rows and final checkpoint as mpirun"
   echo "slurm_test: ok"
   exit 0
@@ -110,7 +123,7 @@ grep -q ",terminated" "$run/summary.csv" || fail "summary.csv does not say termi
 last=$(complete_checkpoints "$run" | tail -1)
 stopped=$(awk -F, 'NR > 1 && $2 > m { m = $2 } END { print m + 0 }' "$run/steps.csv")
 ((stopped >= last)) || fail "rows end at $stopped, before the checkpoint $last"
-rows_complete "$run" "$stopped" || fail "steps.csv is not whole up to step $stopped"
+rows_complete "$run" "$stopped" $NP || fail "steps.csv is not whole up to step $stopped"
 target=$(((last / K + 1) * K))  # the first checkpoint step after the one resumed from
 (cd "$work" && PSAR=$psar sbatch --parsable --wait -O -n $NP -o "$work/job2.out" \
    "$src/scripts/slurm/psar.sbatch" "$config" "$run" "${train_args[@]}" --set train.steps=$target) >/dev/null ||

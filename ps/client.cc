@@ -37,6 +37,8 @@ Client::Client(const ClientOptions& options)
     PSAR_CHECK(a.range.begin == next && a.range.end >= a.range.begin,
                "ps client: shard ranges do not tile the parameters at shard ", a.shard);
     next = a.range.end;
+    PSAR_CHECK(a.server_key.empty() || !options.curve.empty(), "ps client: shard ", a.shard,
+               " speaks CURVE but the worker has no key pair");
   }
   size_ = next;
   const double wait_s = std::min(options.connect_timeout_s, options.timeout_s);
@@ -47,6 +49,7 @@ Client::Client(const ClientOptions& options)
     for (const auto& a : options.shards) {
       sockets.emplace_back(context_, zmq::socket_type::dealer);
       tune_socket(sockets.back());
+      if (!a.server_key.empty()) set_curve_client(sockets.back(), options.curve, a.server_key);
       endpoints.push_back(a.endpoint);
     }
     const std::vector<int> verdict = connect_all(context_, sockets, endpoints, wait_s);

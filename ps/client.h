@@ -26,6 +26,7 @@
 #include <zmq.hpp>
 
 #include "comm/netem.h"
+#include "ps/curve.h"
 #include "ps/on_the_wire.h"
 #include "ps/server.h"
 #include "ps/sharding.h"
@@ -39,6 +40,7 @@ struct ShardAddress {
   std::string endpoint;
   KeyRange range;
   std::string host;  // the server's hostname, for error messages ("" = unknown)
+  std::string server_key;  // ps.security curve: the shard's public key (Z85); "" = plain
 };
 
 struct ClientOptions {
@@ -54,6 +56,9 @@ struct ClientOptions {
   double connect_timeout_s = kConnectTimeout;
   std::string host;  // this worker's hostname, for error messages
   int64_t first_clock = 0;           // a resumed job: the steps already taken
+  // ps.security curve (ps/curve.h): this worker's key pair, for the shards
+  // that have a server_key.
+  CurveKeys curve;
 };
 
 class Client {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <random>
+#include <set>
 
 #include "core/errors.h"
 #include "core/log.h"
@@ -73,6 +74,17 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
     address_error = e.what();
   }
 
+  // ps.security curve: the workers' key pairs, and their public halves for
+  // the shards' allow-lists.
+  CurveKeys worker_keys;
+  std::set<std::string> clients;
+  const bool curve = options.security == Security::kCurve;
+  if (curve) {
+    if (me.worker >= 0) worker_keys = make_curve_keys();
+    for (const auto& key : world.allgather_bytes(bytes_of(worker_keys.public_key)))
+      if (!key.empty()) clients.emplace(reinterpret_cast<const char*>(key.data()), key.size());
+  }
+
   const auto plan = plan_shards(static_cast<int64_t>(initial.size()), S,
                                 options.align_shards ? infos : std::span<const ParamInfo>{});
   const int64_t chunk_floats =
@@ -95,16 +107,23 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
         so.bind = me.address.bind;
         so.advertise = me.address.advertise;
         so.nic = world.network();
+        so.security = options.security;
+        so.clients = clients;
         so.checkpoint_every = options.checkpoint_every;
         so.on_checkpoint = options.on_checkpoint;
         if (options.resume_shard) so.resume = options.resume_shard(me.shard);
         me.server =
             std::make_unique<Server>(so, initial.subspan(static_cast<size_t>(so.range.begin),
                                                          static_cast<size_t>(so.range.size())));
-        return me.server->endpoint();
+        // Under curve: "endpoint key" (a Z85 key has no spaces).
+        return me.server->endpoint() + (curve ? " " + me.server->public_key() : "");
       },
       "parameter server on '" + options.interface + "'");
-  for (int r = 0; r < S; ++r) me.shards.push_back({r, endpoints[r], plan[r], hosts[r].hostname});
+  for (int r = 0; r < S; ++r) {
+    const size_t space = endpoints[r].find(' ');
+    me.shards.push_back({r, endpoints[r].substr(0, space), plan[r], hosts[r].hostname,
+                         space == std::string::npos ? "" : endpoints[r].substr(space + 1)});
+  }
   PSAR_LOG(kInfo, "ps",
            "rank " << rank << ": " << (me.shard >= 0 ? "shard " : "")
                    << (me.shard >= 0 ? std::to_string(me.shard) + " " : "")
@@ -127,6 +146,7 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
     co.nic = world.network();
     co.host = here.hostname;
     co.first_clock = options.first_clock;
+    co.curve = worker_keys;
     me.client = std::make_unique<Client>(co);
   }
   return me;

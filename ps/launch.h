@@ -7,7 +7,10 @@
 // `auto` = the one that reaches the other hosts) and advertises its own
 // host's address, and the real endpoints and the token (random, drawn by
 // rank 0) travel through Comm::allgather_bytes / broadcast_bytes, the
-// control plane.
+// control plane. Under ps.security curve (ps/curve.h) so do the public keys:
+// every worker makes its key pair and all ranks learn the workers' public
+// keys (each shard's allow-list) before the servers start; each shard makes
+// its pair on start and advertises its public key beside its endpoint.
 //
 // Layouts, for a world of W ranks:
 //  - dedicated (default): ranks 0..S-1 are server shards, ranks S..W-1 are
@@ -42,6 +45,7 @@ struct PsOptions {
   int64_t chunk_bytes = 1 << 20;  // pipelining unit of a push_pull (ps.chunk_bytes)
   int64_t shard_chunks = 0;       // chunks per shard, 0 = auto (ps.shard_chunks, ps/sharding.h)
   double timeout_s = 60.0;
+  Security security = Security::kNone;  // ps.security
   OptimizerOptions optimizer;
   // Checkpoints and resume (bsp; ServerOptions, ClientOptions): the hook a
   // shard calls with its snapshot, the snapshot a shard starts from (null:

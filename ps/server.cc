@@ -44,9 +44,15 @@ Server::Server(const ServerOptions& options, std::span<const float> initial)
   }
   tune_socket(socket_);
   // A frame larger than a chunk is hostile: ZeroMQ drops such a peer before
-  // buffering the frame.
-  const int64_t cap = std::max<int64_t>(layout_.chunk(0).size() * 4, 64 * 1024);
+  // buffering the frame. Under CURVE the limit applies to the sealed frame.
+  const int64_t cap = std::max<int64_t>(layout_.chunk(0).size() * 4, 64 * 1024) +
+                      (options.security == Security::kCurve ? kCurveFrameOverhead : 0);
   socket_.set(zmq::sockopt::maxmsgsize, cap);
+  if (options.security == Security::kCurve) {
+    keys_ = make_curve_keys();
+    set_curve_server(socket_, keys_);
+    guard_ = std::make_unique<CurveGuard>(context_, socket_, options.clients);
+  }
   endpoint_ = bind_endpoint(socket_, options.bind, options.advertise);
   told_.assign(static_cast<size_t>(options.workers), 0);
   if (options.resume) restore(*options.resume);
@@ -386,6 +392,7 @@ PsCounters Server::counters() const {
   c.messages_in = counters_.messages_in.load();
   c.messages_out = counters_.messages_out.load();
   for (const auto& r : counters_.rejected) c.rejected += r.load();
+  c.refused = guard_ ? guard_->refused() : 0;
   return c;
 }
 

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -39,6 +40,7 @@
 #include <zmq.hpp>
 
 #include "comm/netem.h"
+#include "ps/curve.h"
 #include "ps/on_the_wire.h"
 #include "ps/shard_state.h"
 #include "ps/wire.h"
@@ -78,12 +80,17 @@ struct ServerOptions {
   std::function<void(const ShardSnapshot&)> on_checkpoint;
   // The state to start from instead of `initial` at clock 0 (a resumed job).
   std::shared_ptr<const ShardSnapshot> resume;
+  // ps.security (ps/curve.h): under curve the shard makes its key pair and
+  // accepts only clients whose public key (Z85) is in `clients`.
+  Security security = Security::kNone;
+  std::set<std::string> clients;
 };
 
 // Traffic of one side of the protocol. Payload bytes are the floats pushed
 // and pulled (what the volume counts of docs/theory.md count); headers are the control
 // part, counted apart. `rejected` counts requests answered with an error
-// (server) or error replies received (client).
+// (server) or error replies received (client); `refused` counts connections
+// refused at the handshake for want of the job's CURVE keys (server, ps/curve.h).
 struct PsCounters {
   int64_t payload_bytes_in = 0;
   int64_t payload_bytes_out = 0;
@@ -92,6 +99,7 @@ struct PsCounters {
   int64_t messages_in = 0;
   int64_t messages_out = 0;
   int64_t rejected = 0;
+  int64_t refused = 0;
 };
 
 class Server {
@@ -104,6 +112,8 @@ class Server {
 
   const std::string& endpoint() const { return endpoint_; }
   const ServerOptions& options() const { return options_; }
+  // Under ps.security curve: the shard's public key (Z85), for its clients; else "".
+  const std::string& public_key() const { return keys_.public_key; }
 
   // Serves until every worker said goodbye (or stop()); throws as described above.
   void run();
@@ -169,6 +179,8 @@ class Server {
   std::vector<std::unique_ptr<ShardState>> chunks_;
   zmq::context_t context_{1};
   zmq::socket_t socket_;
+  CurveKeys keys_;                     // curve: this shard's pair (the secret stays in memory)
+  std::unique_ptr<CurveGuard> guard_;  // curve: destroyed before socket_
   std::string endpoint_;
   std::vector<Parked> parked_;
   OnTheWire<Request> in_flight_;  // under emulation: requests not yet arrived

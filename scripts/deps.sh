@@ -13,6 +13,7 @@ packages=(
   iproute2 util-linux
   dataset-fashion-mnist fortunes-min
   python3 python3-yaml python3-matplotlib python3-pytest
+  slurm-wlm munge
 )
 
 missing=()

@@ -23,7 +23,10 @@
 // bandwidth = 2·size / time in GB/s (1e9 B/s): the bytes one worker pushes and
 // pulls per second; raw/ps (CSV raw_ratio) = raw time / this mode's time, at
 // every size (1 = as fast as the transport's ceiling). CSV columns:
-// mode,servers,workers,size,time_us,bandwidth,raw_ratio.
+// mode,servers,workers,size,time_us,bandwidth,raw_ratio. With --set
+// ps.security=curve the PS mode is ps_curve (encrypted and authenticated,
+// docs/ps.md) while the echo stays plain: raw/ps is then the plain ceiling
+// over the encrypted PS.
 // --volume-csv adds one more push_pull per point, counted on its own: payload
 // bytes and messages sent by all workers and shards together and by the
 // busiest rank (docs/theory.md: N·M pushed, N·M pulled), in the columns of
@@ -234,10 +237,12 @@ int cmd_bench_ps(CliContext& ctx) {
   const bool root = world.rank() == 0;
   if (root) {
     std::printf(
-        "# psar bench ps: %d ranks; bsp push_pull (optimizer %s, lr %g, momentum %g) "
+        "# psar bench ps: %d ranks; bsp push_pull (optimizer %s, lr %g, momentum %g, "
+        "ps.security %s) "
         "vs raw ZeroMQ echo of the same messages (chunks of at most %s, none below %s, "
         "%s per shard)\n",
-        W, opt.type.c_str(), opt.lr, opt.momentum, format_bytes(po.chunk_bytes).c_str(),
+        W, opt.type.c_str(), opt.lr, opt.momentum, ps::to_string(po.security),
+        format_bytes(po.chunk_bytes).c_str(),
         format_bytes(ps::kMinChunkBytes).c_str(),
         po.shard_chunks == ps::kAutoShardChunks
             ? "automatic: one worker about sqrt(shard bytes / 64 KiB), more 1 when smaller"
@@ -255,6 +260,7 @@ int cmd_bench_ps(CliContext& ctx) {
   // reads both; `ranks` counts the workers N (the S shards come on top).
   CsvWriter volume_csv({"algo", "ranks", "size", "count", "bytes_sent_total",
                         "bytes_sent_max_rank", "messages_sent_total"});
+  const char* ps_mode = po.security == ps::Security::kCurve ? "ps_curve" : "ps";
   int measured = 0;
   for (const int64_t S : o.servers) {
     if (S >= W) {
@@ -291,7 +297,7 @@ int cmd_bench_ps(CliContext& ctx) {
                     t.raw_s * 1e6, raw_bw, t.raw_s / t.ps_s);
         std::fflush(stdout);
         for (const auto& [mode, time, bw] :
-             {std::tuple{"ps", t.ps_s, ps_bw}, std::tuple{"zmq_raw", t.raw_s, raw_bw}})
+             {std::tuple{ps_mode, t.ps_s, ps_bw}, std::tuple{"zmq_raw", t.raw_s, raw_bw}})
           csv.row({mode, CsvWriter::num(S), CsvWriter::num(N), CsvWriter::num(size),
                    CsvWriter::num(time * 1e6), CsvWriter::num(bw),
                    CsvWriter::num(t.raw_s / time)});

@@ -109,6 +109,8 @@ ps::PsOptions ps_options(const Config& config, const OptimizerOptions& optimizer
   o.timeout_s = config.get_duration("ps.timeout");
   if (!(o.timeout_s > 0))
     throw ConfigError("ps.timeout: must be positive, got " + std::to_string(o.timeout_s) + " s");
+  o.security = ps::parse_security(config.get_string("ps.security"));
+  if (o.security == ps::Security::kCurve) ps::require_curve();
   o.optimizer = optimizer;
   return o;
 }
@@ -185,7 +187,7 @@ SyncSetup make_ps_sync(SyncInit& init, std::shared_ptr<ps::PsCounters> served) {
                "shard " << server->options().shard << " served: payload_bytes_in="
                         << c.payload_bytes_in << " payload_bytes_out=" << c.payload_bytes_out
                         << " messages_in=" << c.messages_in << " messages_out=" << c.messages_out
-                        << " rejected=" << c.rejected);
+                        << " rejected=" << c.rejected << " refused=" << c.refused);
     };
     return setup;
   }

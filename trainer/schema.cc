@@ -108,6 +108,7 @@ Schema build() {
   s.add({"ps.chunk_bytes", T::kBytes, "1M", "pipelining unit: a push_pull streams each shard in messages of this size"});
   s.add({"ps.shard_chunks", T::kInt, "0", "chunks per shard: 0 = auto: one worker about sqrt(shard bytes / 64 KiB), more workers 1 (docs/theory.md); K >= 1: a shard smaller than K chunks of ps.chunk_bytes streams in K smaller ones (none below 64 KiB or above ps.chunk_bytes; 1 = whole ps.chunk_bytes chunks)"});
   s.add({"ps.timeout", T::kDuration, "60s", "deadline of every parameter-server wait"});
+  s.add({"ps.security", T::kString, "none", "none: plain TCP; curve: ZeroMQ CURVE, encrypted and authenticated with key pairs made per job, a client without them is refused and counted (docs/ps.md)", {"none", "curve"}});
 
   // net: the emulated cluster network (off unless bandwidth is set)
   s.add({"net.bandwidth", T::kBandwidth, "", "per-rank NIC bandwidth, e.g. 10Gbit (unset = no emulation)"});

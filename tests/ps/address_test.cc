@@ -137,7 +137,7 @@ TEST(Address, AWorkerThatCannotConnectFailsFastNamingTheEndpointAndTheHost) {
   o.timeout_s = 60;  // the reply deadline: far beyond what this may take
   o.connect_timeout_s = 1.5;
   o.host = "psar-h2";
-  o.shards = {{0, "tcp://127.0.0.1:1", {0, 8}, "psar-h1"}};  // port 1: nobody listens
+  o.shards = {{0, "tcp://127.0.0.1:1", {0, 8}, "psar-h1", ""}};  // port 1: nobody listens
   Stopwatch clock;
   try {
     Client client(o);

@@ -316,7 +316,7 @@ TEST(HostileReply, AReplyWithAForeignTokenFailsTheClientWithAProtocolError) {
   ClientOptions o;
   o.token = kToken;
   o.timeout_s = 10;
-  o.shards = {{0, endpoint, {0, 4}, "this host"}};
+  o.shards = {{0, endpoint, {0, 4}, "this host", ""}};
   Client client(o);
   std::vector<float> params(4);
   try {

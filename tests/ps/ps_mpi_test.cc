@@ -11,6 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <thread>
+
 #include "allreduce/allreducer.h"
 #include "comm/mpi_comm.h"
 #include "core/ops.h"
@@ -103,6 +106,69 @@ TEST(PsUnderMpi, TrainingWithSyncPsEndsWithinOneE5OfSyncMpi) {
   if (ps.server) return;
   EXPECT_EQ(ps.steps, 50);
   EXPECT_LE(testing::relative_difference(mpi.params, ps.params), 1e-5);
+}
+
+
+// Under ps.security curve (--set ps.security=curve): while the job trains,
+// worker 0 also connects to every shard as two strangers — a plain socket
+// and a CURVE client with a key pair of its own — each pushing zeros and
+// pulling with the job's token. They get nothing, every shard counts them,
+// and every worker ends with parameters bitwise equal to the same job's
+// without them.
+TEST(PsUnderMpi, CurveRefusesStrangersAndTrainsBitwiseAsWithoutThem) {
+  const Config cfg = config();
+  if (cfg.get_string("ps.security") != "curve") GTEST_SKIP() << "needs --set ps.security=curve";
+  constexpr int64_t kSteps = 20, M = 3001;
+  constexpr double kReplyWait = 1.0;
+  const ps::PsOptions po = ps_options(cfg, optimizer_of(cfg));
+  const std::vector<float> initial = ps::testing::initial_params(M);
+  struct Outcome {
+    std::vector<float> params;
+    double refused = 0, frames = 0;
+  };
+  auto run = [&](bool attacked) {
+    ps::PsRank me = ps::launch_ps(world(), po, initial);
+    Outcome out;
+    int64_t refused = 0;
+    if (me.server) {
+      me.server->run();
+      refused = me.server->counters().refused;
+    } else {
+      std::vector<float> params(static_cast<size_t>(M));
+      std::thread attacker;
+      size_t frames = 0;
+      if (attacked && me.worker == 0)
+        attacker = std::thread([&] {
+          for (const auto& shard : me.shards)
+            for (auto kind : {ps::testing::Intruder::kPlain, ps::testing::Intruder::kOwnKeys})
+              frames += ps::testing::intrude(shard, kind, me.token, kReplyWait, [] {});
+        });
+      for (int64_t t = 0; t < kSteps; ++t)
+        me.client->push_pull(ps::testing::make_grad(me.worker, t, M), params);
+      if (attacker.joinable()) attacker.join();  // before the goodbye: the shards still listen
+      me.client->close();
+      if (me.server_thread) {
+        me.server_thread->join();
+        refused = me.server_thread->server().counters().refused;
+      }
+      out.params = params;
+      out.frames = static_cast<double>(frames);
+    }
+    out.refused = world().allreduce_sum(static_cast<double>(refused));
+    out.frames = world().allreduce_sum(out.frames);
+    return out;
+  };
+  const Outcome quiet = run(false);
+  const Outcome attacked = run(true);
+  const int S = po.colocated ? world().size() : po.servers;
+  EXPECT_EQ(quiet.refused, 0.0);
+  EXPECT_GE(attacked.refused, 2.0 * S) << "each shard refuses two strangers";
+  EXPECT_EQ(attacked.frames, 0.0) << "a stranger got a reply";
+  ASSERT_EQ(attacked.params.size(), quiet.params.size());
+  EXPECT_EQ(std::memcmp(attacked.params.data(), quiet.params.data(),
+                        quiet.params.size() * sizeof(float)),
+            0)
+      << "the strangers changed the parameters";
 }
 
 }  // namespace

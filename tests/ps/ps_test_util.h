@@ -13,14 +13,17 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "core/optim.h"
 #include "core/rng.h"
+#include "core/timer.h"
 #include "ps/client.h"
 #include "ps/server.h"
 #include "ps/sharding.h"
+#include "ps/zmq_util.h"
 
 namespace psar::ps::testing {
 
@@ -131,6 +134,11 @@ struct LocalJob {
            ServerOptions base = server_options(), NetModel net = {})
       : net_(net) {
     const auto plan = plan_shards(static_cast<int64_t>(initial.size()), shards);
+    if (base.security == Security::kCurve)  // ps/curve.h: every worker's pair, on the allow-list
+      for (int w = 0; w < workers; ++w) {
+        worker_keys.push_back(make_curve_keys());
+        base.clients.insert(worker_keys.back().public_key);
+      }
     for (int s = 0; s < shards; ++s) {
       ServerOptions o = base;
       if (net.enabled()) o.nic = std::make_shared<Nic>(net);
@@ -141,7 +149,7 @@ struct LocalJob {
       auto server = std::make_unique<Server>(
           o, std::span<const float>(initial).subspan(static_cast<size_t>(plan[s].begin),
                                                      static_cast<size_t>(plan[s].size())));
-      addresses.push_back({s, server->endpoint(), plan[s], "this host"});
+      addresses.push_back({s, server->endpoint(), plan[s], "this host", server->public_key()});
       servers.push_back(std::make_unique<ServerThread>(std::move(server)));
     }
     timeout_s = base.timeout_s;
@@ -155,6 +163,7 @@ struct LocalJob {
     o.timeout_s = timeout_s;
     o.chunk_floats = chunk_floats;
     o.shards = addresses;
+    if (!worker_keys.empty()) o.curve = worker_keys[static_cast<size_t>(worker)];
     if (net_.enabled()) o.nic = std::make_shared<Nic>(net_);
     return o;
   }
@@ -182,15 +191,61 @@ struct LocalJob {
       t.messages_in += c.messages_in;
       t.messages_out += c.messages_out;
       t.rejected += c.rejected;
+      t.refused += c.refused;
     }
     return t;
   }
 
   std::vector<ShardAddress> addresses;
+  std::vector<CurveKeys> worker_keys;  // ps.security curve: by worker
   std::vector<std::unique_ptr<ServerThread>> servers;
   double timeout_s = 60;
   int64_t chunk_floats = 0;
   NetModel net_;
 };
+
+
+// A stranger to a job under ps.security curve (tests/ps/curve_test.cc).
+enum class Intruder { kPlain, kOwnKeys, kWrongServerKey };
+
+// Connects to `shard` as `kind` and sends it a push of zeros and a pull of
+// step 0 for worker 0 that carry `token`; calls `sent`, then returns how many
+// frames came back within `wait_s`.
+inline size_t intrude(const ShardAddress& shard, Intruder kind, uint64_t token, double wait_s,
+                      const std::function<void()>& sent) {
+  auto header = [&](wire::MessageType type) {
+    wire::Header h;
+    h.set_type(type);
+    h.set_token(token);
+    h.set_worker(0);
+    h.set_clock(0);
+    h.set_shard(shard.shard);
+    h.set_key_begin(shard.range.begin);
+    h.set_key_end(shard.range.end);
+    h.set_payload_floats(type == wire::MSG_PUSH ? shard.range.size() : 0);
+    return encode_header(h);
+  };
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  tune_socket(socket);
+  if (kind == Intruder::kOwnKeys) set_curve_client(socket, make_curve_keys(), shard.server_key);
+  if (kind == Intruder::kWrongServerKey)
+    set_curve_client(socket, make_curve_keys(), make_curve_keys().public_key);
+  socket.connect(shard.endpoint);
+  const std::string zeros(static_cast<size_t>(shard.range.size()) * sizeof(float), '\0');
+  socket.send(zmq::buffer(header(wire::MSG_PUSH)), zmq::send_flags::sndmore);
+  socket.send(zmq::buffer(zeros), zmq::send_flags::none);
+  socket.send(zmq::buffer(header(wire::MSG_PULL)), zmq::send_flags::none);
+  sent();
+  size_t received = 0;
+  const double deadline = now_seconds() + wait_s;
+  while (now_seconds() < deadline) {
+    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(poll_millis(deadline, 0.1)));
+    std::vector<zmq::message_t> frames;
+    received += recv_frames(socket, frames, 4);
+  }
+  return received;
+}
 
 }  // namespace psar::ps::testing

@@ -138,10 +138,17 @@ ZeroMQ echo of the same messages that each run times beside its PS
 Produced by `{command}` (bench.csv: every row; machine.txt: the commands
 and `uptime` / `vmstat 1 3` before each run and after the last).
 
-{text}"""
+<!-- generated:begin table -->
+{text}<!-- generated:end -->
+"""
     write_text(os.path.join(out, "README.md"), readme)
     if before is not None:
         runner.record_provenance(out, before)
+
+
+def regenerate(folder, results=None):
+    """The README's table from the committed bench.csv (psar_exp check)."""
+    return {"README.md#table": table(folder)[0]}
 
 
 def main():

@@ -130,6 +130,7 @@ FOLDERS = {
     "pp_timeline": sweep("pp_timeline"),
     "tp_comm": sweep("tp_comm"),
     "tp_step": sweep("tp_step"),
+    "ps_curve": script("ps_curve"),
 }
 
 PROVENANCE = re.compile(re.escape(runner.PROVENANCE_BEGIN) + r"\n(.*?)" +

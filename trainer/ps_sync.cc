@@ -147,7 +147,7 @@ void plan_shard_checkpoints(ps::PsOptions& o, const CheckpointPlan& plan) {
     o.first_clock = plan.resume_step;
     o.resume_shard = [plan](int shard) {
       const std::string path =
-          shard_checkpoint_path(checkpoint_dir(plan.run_dir, plan.resume_step), shard);
+          shard_checkpoint_path(checkpoint_dir(plan.resume_dir, plan.resume_step), shard);
       const CheckpointFile f = CheckpointFile::read(path);
       auto s = std::make_shared<ps::ShardSnapshot>();
       s->shard = shard;

@@ -91,6 +91,9 @@ struct SyncSetup {
   std::unique_ptr<Comm> owned_workers;
   // Set on a dedicated server rank instead of `sync`: serves until the job ends.
   std::function<void()> serve;
+  // Where the backend's servers listen, one line for the start of a run's
+  // output ("" = nothing to say).
+  std::string endpoints;
 };
 
 struct SyncEntry {

@@ -32,9 +32,9 @@ int fail(const psar::Error* typed, const std::exception& e, const char* kind, in
          bool multi_rank) {
   using namespace psar;
   const bool agreed = typed && typed->agreed();
-  if (!multi_rank) std::fprintf(stderr, "psar: %s%s\n", kind, e.what());
-  else if (!agreed || rank == 0)
-    std::fprintf(stderr, "psar: rank %d: %s%s\n", rank, kind, e.what());
+  // An agreed error is the job's, not one rank's: no rank prefix.
+  if (!multi_rank || (agreed && rank == 0)) std::fprintf(stderr, "psar: %s%s\n", kind, e.what());
+  else if (!agreed) std::fprintf(stderr, "psar: rank %d: %s%s\n", rank, kind, e.what());
   std::fflush(stderr);
   if (multi_rank && !agreed && MpiRuntime::initialized()) MpiRuntime::abort(code);
   return code;

@@ -189,6 +189,11 @@ SyncSetup make_ps_sync(SyncInit& init, std::shared_ptr<ps::PsCounters> served) {
     };
     return setup;
   }
+  setup.endpoints = "parameter server:";
+  for (const ps::ShardAddress& a : rank.shards)
+    setup.endpoints += " shard " + std::to_string(a.shard) + " at " + a.endpoint +
+                       (a.host.empty() ? "" : " (" + a.host + ")") + ";";
+  setup.endpoints.back() = '\n';
   if (rank.worker_comm) {
     setup.owned_workers = std::move(rank.worker_comm);
     setup.workers = setup.owned_workers.get();

@@ -466,6 +466,8 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   int64_t order_epoch = -1;
   double train_time = 0;
   const bool lead = workers.rank() == 0;
+  if (lead && options.verbose && !setup.endpoints.empty())
+    std::fputs(setup.endpoints.c_str(), stdout);
   if (lead && options.verbose && first_step >= 0)
     std::printf("resumed from %s at step %ld (restored in %.3f s)\n",
                 checkpoint_dir(options.resume_from, first_step).c_str(),

@@ -291,6 +291,23 @@ TEST_F(Checkpoints, ExitAtStepThenResumeEqualsAnUninterruptedCosineRun) {
   EXPECT_EQ(summary_status(dir_ / "run"), "finished");
 }
 
+// train.exit_after: every rank stops after the same step (the first whose
+// end passes the duration on some rank), with a checkpoint, status "exited".
+TEST_F(Checkpoints, ExitAfterADurationStopsEveryRankAfterTheSameStep) {
+  const Config cfg = with(testing::small_mlp_config("ring", 1000), {"train.exit_after=1ns"});
+  std::vector<TrainResult> results(3);
+  run_inproc(3, [&](Comm& c) {
+    results[static_cast<size_t>(c.rank())] =
+        train(c, cfg, TrainOptions{.out_dir = (dir_ / "run").string()});
+  });
+  for (const TrainResult& r : results) {
+    EXPECT_EQ(r.status, "exited");
+    EXPECT_EQ(r.steps, 1);
+  }
+  EXPECT_EQ(summary_status(dir_ / "run"), "exited");
+  EXPECT_EQ(latest_checkpoint((dir_ / "run").string()), 1);
+}
+
 // --resume RUN --out NEW: NEW continues RUN from its checkpoint (its rows up
 // to it included); RUN is not changed by a single byte.
 TEST_F(Checkpoints, ABranchContinuesInItsOwnDirectoryAndLeavesTheOldRunByteIdentical) {

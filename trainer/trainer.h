@@ -22,7 +22,10 @@
 // ranks agree on the configuration, version, backend and parameter counts
 // (agreement.h); the per-step files stream to disk every log interval
 // (step_log.h); train.checkpoint_every writes a checkpoint that --resume
-// continues bitwise identically.
+// continues bitwise identically. A run stops early — after the step where
+// train.exit_at_step or train.exit_after say so, or after the step the
+// workers agree on once a stop signal is set (TrainOptions::stop_signal) —
+// with its rows flushed, a checkpoint and summary.csv's status saying why.
 //
 // Everything that can be checked before the first step is: a grid the model
 // cannot use (p·t·d ≠ world size, t not dividing heads or d_model, p·v >

@@ -266,6 +266,18 @@ TEST_F(Cli, ARankGivenADifferentSetEndsTheJobNamingTheRankAndTheKey) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+TEST_F(Cli, ARankGivenAnotherOutEndsTheJobBeforeAnythingIsWritten) {
+  const std::string train = std::string(PSAR_BIN) + " train " + config(kGood) + " --out ";
+  const std::string a = (dir_ / "a").string(), b = (dir_ / "b").string();
+  const Outcome o = run(std::string(PSAR_MPIRUN) + " --allow-run-as-root --oversubscribe -np 2 " +
+                        train + a + " : -np 1 " + train + b);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("start-up agreement: rank 2 differs from rank 0 in the run "
+                                  "directory (--out): '" + a + "' on rank 0, '" + b + "' on rank 2"));
+  EXPECT_FALSE(fs::exists(a));
+  EXPECT_FALSE(fs::exists(b));
+}
+
 TEST_F(Cli, ResumeNeedsACheckpoint) {
   ASSERT_EQ(train(kGood, "--quiet").code, 0);
   const Outcome o = run(std::string(PSAR_BIN) + " train " + config(kGood) + " --resume " +

@@ -1,6 +1,9 @@
 #include "core/config.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -142,10 +145,17 @@ std::string Schema::suggest(const std::string& key) const {
 
 Config Config::load_file(const std::string& path, const Schema& schema,
                          const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError("config file '" + path + "' is a directory; give the YAML file in it");
   std::ifstream in(path);
-  if (!in) throw ConfigError("cannot open config file '" + path + "'");
+  if (!in) throw ConfigError("cannot open config file '" + path + "': " + std::strerror(errno));
   std::stringstream ss;
   ss << in.rdbuf();
+  // An empty file would silently mean "every default" (and then fail on a
+  // missing train.steps); say what it is instead.
+  if (ss.str().find_first_not_of(" \t\r\n") == std::string::npos)
+    throw ConfigError("config file '" + path + "' is empty");
   return load_string(ss.str(), schema, overrides, path);
 }
 

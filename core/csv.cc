@@ -97,8 +97,17 @@ void write_file_atomic(const std::string& path, const std::string& content) {
 void append_file_durable(const std::string& path, const std::string& content) {
   Fd f{::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)};
   if (f.fd < 0) throw Error("cannot append to '" + path + "': " + errno_text());
-  if (!write_all(f.fd, content) || ::fdatasync(f.fd) != 0)
-    throw Error("error appending to '" + path + "': " + errno_text());
+  struct stat before {};
+  if (::fstat(f.fd, &before) != 0) throw Error("cannot append to '" + path + "': " + errno_text());
+  if (!write_all(f.fd, content) || ::fdatasync(f.fd) != 0) {
+    // Part of the block may be in the file (a full disk): cut it back to the
+    // rows it held, so that readers see whole blocks only.
+    const std::string why = errno_text();
+    const bool cut = ::ftruncate(f.fd, before.st_size) == 0 && ::fdatasync(f.fd) == 0;
+    throw Error("error appending to '" + path + "': " + why +
+                (cut ? " (the file is cut back to its last whole row)"
+                     : " (and it could not be cut back to its last whole row)"));
+  }
 }
 
 CsvWriter::CsvWriter(std::vector<std::string> header) : columns_(header.size()) {

@@ -35,8 +35,10 @@ class AtomicFile {
 // Writes `content` to `path` atomically and durably.
 void write_file_atomic(const std::string& path, const std::string& content);
 // Appends `content` to `path` (created if absent) with one write and fsyncs
-// it. A process killed inside the write may leave a last line without its
-// newline; readers drop such a line (docs/outputs.md).
+// it. When the write or the fsync fails (a full disk), the file is cut back
+// to its length before the call and the error thrown: the file holds whole
+// appends only. A process killed inside the write may leave a last line
+// without its newline; readers drop such a line (docs/outputs.md).
 void append_file_durable(const std::string& path, const std::string& content);
 
 class CsvWriter {

@@ -11,7 +11,23 @@ namespace psar {
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  // Raised by every rank of the job at the same point after the same
+  // exchange (a start-up agreement, a decision broadcast by rank 0): main()
+  // then prints it once, on rank 0, and every rank ends with the code — no
+  // MPI_Abort is needed, nobody is left waiting. Any other error is this
+  // rank's alone: it prints it with its rank and ends the whole job.
+  bool agreed() const { return agreed_; }
+  void set_agreed() { agreed_ = true; }
+
+ private:
+  bool agreed_ = false;
 };
+// `e`, marked as raised by every rank alike: throw agreed(ConfigError("...")).
+template <typename E>
+E agreed(E e) {
+  e.set_agreed();
+  return e;
+}
 // A configuration the program cannot run: unknown key, wrong type, bad value.
 class ConfigError : public Error { using Error::Error; };
 // A dataset or input file that is missing or malformed.

@@ -70,11 +70,15 @@ int64_t parse_bytes(std::string_view text) {
   return static_cast<int64_t>(bytes);
 }
 
-double parse_duration(std::string_view text) {
+double parse_duration(std::string_view text, bool bare_seconds) {
   double v = 0;
   std::string unit;
   if (!split_number(text, v, unit) || v < 0)
     throw ConfigError("cannot read a duration from '" + std::string(text) + "' (e.g. 5us, 2ms, 1s)");
+  if (unit.empty() && v != 0 && !bare_seconds)
+    throw ConfigError("the duration '" + std::string(text) + "' has no unit: write " +
+                      std::string(text) + "s, " + std::string(text) + "ms, " + std::string(text) +
+                      "us or " + std::string(text) + "ns");
   if (unit.empty() || unit == "s") return v;
   if (unit == "ms") return v * 1e-3;
   if (unit == "us" || unit == "µs") return v * 1e-6;
@@ -90,7 +94,11 @@ double parse_bandwidth(std::string_view text) {
   if (!split_number(text, v, unit) || v <= 0)
     throw ConfigError("cannot read a bandwidth from '" + std::string(text) +
                       "' (e.g. 10Gbit, 100Mbit, 1.25GB/s)");
-  if (unit.empty() || unit == "b/s") return v;
+  if (unit.empty())
+    throw ConfigError("the bandwidth '" + std::string(text) + "' has no unit: write e.g. " +
+                      std::string(text) + "Gbit, " + std::string(text) + "Mbit, " +
+                      std::string(text) + "GB/s or " + std::string(text) + "B/s (bytes per second)");
+  if (unit == "b/s") return v;
   if (unit == "kbit" || unit == "kbps" || unit == "kbit/s") return v * 1e3 / 8;
   if (unit == "mbit" || unit == "mbps" || unit == "mbit/s") return v * 1e6 / 8;
   if (unit == "gbit" || unit == "gbps" || unit == "gbit/s") return v * 1e9 / 8;

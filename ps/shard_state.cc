@@ -89,7 +89,8 @@ ShardState::ShardState(const ShardStateOptions& options, std::span<const float> 
       params_(initial),
       optimizer_(make_optimizer(options.optimizer, options.range.size())),
       pushed_(static_cast<size_t>(options.workers), 0),
-      left_(static_cast<size_t>(options.workers), 0) {
+      left_(static_cast<size_t>(options.workers), 0),
+      behind_at_leave_(static_cast<size_t>(options.workers)) {
   PSAR_CHECK(options.workers >= 1, "ps shard: need at least one worker");
   PSAR_CHECK(static_cast<int64_t>(initial.size()) == options.range.size(),
              "ps shard: initial parameters hold ", initial.size(), " floats, range ",
@@ -181,7 +182,12 @@ std::string ShardState::pull_blocked(int64_t clock) const {
   for (int w = 0; w < options_.workers; ++w)
     if (left_[w] && pushed_[w] < needed)
       return "worker " + std::to_string(w) + " left after " + std::to_string(pushed_[w]) +
-             " steps; clock " + std::to_string(pushed_[w]) + " can never complete";
+             " steps" +
+             (behind_at_leave_[w].empty()
+                  ? ""
+                  : " while it waited for " + behind_at_leave_[w] +
+                        " (a worker stopped or slowed there made it give up)") +
+             "; clock " + std::to_string(pushed_[w]) + " can never complete";
   return {};
 }
 
@@ -196,6 +202,12 @@ void ShardState::check_leave(int worker, int64_t clock) const {
 
 void ShardState::leave(int worker, int64_t clock) {
   check_leave(worker, clock);
+  std::string behind;
+  for (int w = 0; w < options_.workers; ++w)
+    if (!left_[w] && w != worker && pushed_[w] < pushed_[worker])
+      behind += (behind.empty() ? "worker " : ", worker ") + std::to_string(w) + " (pushed " +
+                std::to_string(pushed_[w]) + ")";
+  behind_at_leave_[static_cast<size_t>(worker)] = behind;
   left_[worker] = 1;
   ++left_count_;
 }

@@ -123,6 +123,9 @@ class ShardState {
   std::vector<Slot> slots_;  // clock c lives in slots_[c % slots_.size()]
   std::vector<int64_t> pushed_;
   std::vector<char> left_;
+  // [w] for a worker that left: the workers still active that had pushed
+  // fewer steps than it then — what it was waiting for when it gave up.
+  std::vector<std::string> behind_at_leave_;
   int left_count_ = 0;
   int64_t applied_ = 0;
 };

@@ -1,5 +1,6 @@
 #include "trainer/agreement.h"
 
+#include <filesystem>
 #include <map>
 #include <sstream>
 #include <string>
@@ -20,15 +21,17 @@ std::vector<std::string> gather_text(Comm& world, const std::string& mine) {
   return out;
 }
 
-// A rank's record: "version\nbackend\n" then "key\tvalue\n" per config key.
-std::string record(const Config& config) {
-  std::string r = std::string(psar_version()) + "\n" + config.get_string("sync.backend") + "\n";
+// A rank's record: "version\nbackend\nrun directory\n" then "key\tvalue\n"
+// per config key.
+std::string record(const Config& config, const std::string& out_dir) {
+  std::string r = std::string(psar_version()) + "\n" + config.get_string("sync.backend") + "\n" +
+                  out_dir + "\n";
   for (const auto& [k, v] : config.flat()) r += k + "\t" + v + "\n";
   return r;
 }
 
 struct Parsed {
-  std::string version, backend;
+  std::string version, backend, out_dir;
   std::map<std::string, std::string> config;
 };
 
@@ -37,6 +40,7 @@ Parsed parse(const std::string& text) {
   std::istringstream in(text);
   std::getline(in, p.version);
   std::getline(in, p.backend);
+  std::getline(in, p.out_dir);
   for (std::string line; std::getline(in, line);) {
     const auto tab = line.find('\t');
     if (tab != std::string::npos) p.config[line.substr(0, tab)] = line.substr(tab + 1);
@@ -45,16 +49,23 @@ Parsed parse(const std::string& text) {
 }
 
 [[noreturn]] void disagree(int rank, const std::string& what) {
-  throw ConfigError("start-up agreement: rank " + std::to_string(rank) + " differs from rank 0 " +
+  throw agreed(ConfigError("start-up agreement: rank " + std::to_string(rank) + " differs from rank 0 " +
                     what +
                     "; every rank of a job must run the same psar with the same "
-                    "configuration (check each rank's command line and --set)");
+                    "configuration (check each rank's command line and --set)"));
 }
 
 }  // namespace
 
-void check_agreement(Comm& world, const Config& config) {
-  const auto records = gather_text(world, record(config));
+std::string absolute_run_dir(const std::string& out_dir) {
+  if (out_dir.empty()) return out_dir;
+  std::error_code ec;
+  const auto p = std::filesystem::weakly_canonical(std::filesystem::absolute(out_dir, ec), ec);
+  return ec ? out_dir : p.string();
+}
+
+void check_agreement(Comm& world, const Config& config, const std::string& out_dir) {
+  const auto records = gather_text(world, record(config, absolute_run_dir(out_dir)));
   const Parsed first = parse(records[0]);
   for (size_t r = 1; r < records.size(); ++r) {
     if (records[r] == records[0]) continue;
@@ -67,6 +78,9 @@ void check_agreement(Comm& world, const Config& config) {
     if (other.backend != first.backend)
       disagree(rank, "in the sync backend (sync.backend): " + first.backend + " on rank 0, " +
                          other.backend + " on " + me);
+    if (other.out_dir != first.out_dir)
+      disagree(rank, "in the run directory (--out): '" + first.out_dir + "' on rank 0, '" +
+                         other.out_dir + "' on " + me);
     const std::string keys = config_differences(first.config, other.config, "rank 0", me);
     disagree(rank, "in the configuration: " + (keys.empty() ? "(its text)" : keys));
   }
@@ -86,10 +100,10 @@ void check_parameter_counts(Comm& world, int slice, int64_t params) {
       continue;
     }
     if (it->second.second != n)
-      throw ConfigError("start-up agreement: rank " + std::to_string(r) + " holds " +
+      throw agreed(ConfigError("start-up agreement: rank " + std::to_string(r) + " holds " +
                         std::to_string(n) + " parameters in its model slice, rank " +
                         std::to_string(it->second.first) + " holds " +
-                        std::to_string(it->second.second) + " in the same slice (parameter count)");
+                        std::to_string(it->second.second) + " in the same slice (parameter count)"));
   }
 }
 

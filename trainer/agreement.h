@@ -1,22 +1,26 @@
 #pragma once
 // Start-up agreement: before step 1 every rank checks that all ranks of the
-// job run the same psar version, the same sync backend and the same resolved
-// configuration (compared key by key), and that the ranks holding the same
+// job run the same psar version, the same sync backend, the same run
+// directory (--out, as an absolute path) and the same resolved configuration
+// (compared key by key), and that the ranks holding the same
 // slice of the model hold the same number of parameters. Each check is one
 // small all-gather over the control plane; every rank sees every record and
-// throws the same ConfigError, naming the first rank that differs from
+// throws the same ConfigError (an agreed one, core/errors.h), naming the first rank that differs from
 // rank 0 (or from the first rank of its slice) and the field — so the whole
 // job ends at once, with one message.
 
 #include <cstdint>
+#include <string>
 
 #include "comm/comm.h"
 #include "core/config.h"
 
 namespace psar {
 
-// Collective over `world`: version, backend, configuration.
-void check_agreement(Comm& world, const Config& config);
+// Collective over `world`: version, backend, run directory, configuration.
+void check_agreement(Comm& world, const Config& config, const std::string& out_dir);
+// `out_dir` as an absolute path without "." or ".." ("" stays "").
+std::string absolute_run_dir(const std::string& out_dir);
 // Collective over `world`: `slice` identifies the part of the model this rank
 // holds (its (pp, tp) coordinate; every rank 0 with data parallelism alone),
 // `params` its parameter count.

@@ -217,6 +217,8 @@ bool resume_may_differ(const std::string& key) {
                                       "train.log_every",
                                       "train.eval_every",
                                       "train.checkpoint_every",
+                                      "train.exit_at_step",
+                                      "train.exit_after",
                                       "train.trace",
                                       "sync.timeout",
                                       "ps.timeout",

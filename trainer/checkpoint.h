@@ -73,7 +73,8 @@ int64_t latest_checkpoint(const std::string& run_dir);
 void prune_checkpoints(const std::string& run_dir, int keep);
 
 // Keys that may differ between a checkpoint and the run resuming it: how
-// long the run is, how often it logs, evaluates and checkpoints, where a
+// long the run is and where it stops early, how often it logs, evaluates
+// and checkpoints, where a
 // server binds, the deadlines, harness-only keys. (A different length is
 // refused anyway when the learning-rate schedule depends on it.)
 bool resume_may_differ(const std::string& key);

@@ -68,7 +68,7 @@ double parse_rate(const std::string& flag, const std::string& text) {
 
 double parse_alpha(const std::string& flag, const std::string& text) {
   try {
-    const double v = parse_duration(text);
+    const double v = parse_duration(text, /*bare_seconds=*/true);
     if (!std::isfinite(v)) throw ConfigError("'" + text + "' is not finite");
     return v;
   } catch (const ConfigError& e) {

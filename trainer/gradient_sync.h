@@ -65,6 +65,7 @@ struct CheckpointPlan {
   std::string run_dir;       // "" = no checkpoints
   int64_t every = 0;         // train.checkpoint_every (0 = never)
   int64_t resume_step = -1;  // ≥ 0: the checkpoint this run continues from
+  std::string resume_dir;    // the run directory it is in (run_dir, or the run branched from)
 };
 
 // What a backend is built from. Every rank of `world` calls the factory
@@ -90,6 +91,9 @@ struct SyncSetup {
   std::unique_ptr<Comm> owned_workers;
   // Set on a dedicated server rank instead of `sync`: serves until the job ends.
   std::function<void()> serve;
+  // Where the backend's servers listen, one line for the start of a run's
+  // output ("" = nothing to say).
+  std::string endpoints;
 };
 
 struct SyncEntry {

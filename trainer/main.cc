@@ -1,14 +1,20 @@
 // psar — entry point. Chooses the subcommand, turns errors into exit codes:
 //   0 success, 2 bad input (config, data, usage), 1 anything else.
-// A run-time failure on one rank of a multi-rank job ends the whole job
-// (MPI_Abort) so that no process is left waiting on a dead peer.
+// A failure on one rank of a multi-rank job is printed by that rank, prefixed
+// with its rank, and ends the whole job at once with the code (MPI_Abort;
+// Open MPI's mpirun then names the rank that called it and exits with the
+// code), so that no process is left waiting on a dead peer. An error every
+// rank raised alike after an exchange (Error::agreed) is printed once, by
+// rank 0, and every rank returns the code.
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "comm/mpi_comm.h"
 #include "core/errors.h"
+#include "trainer/checkpoint.h"
 #include "trainer/cli.h"
 
 namespace {
@@ -20,6 +26,20 @@ void usage(FILE* out) {
                     "  mpirun -np 4 build/trainer/psar train experiments/quickstart.yaml\n");
 }
 
+// Reports `e` (of the given kind, "" for a run-time error) and ends this
+// rank — and, when it is not an agreed error of a multi-rank job, the job.
+int fail(const psar::Error* typed, const std::exception& e, const char* kind, int code, int rank,
+         bool multi_rank) {
+  using namespace psar;
+  const bool agreed = typed && typed->agreed();
+  // An agreed error is the job's, not one rank's: no rank prefix.
+  if (!multi_rank || (agreed && rank == 0)) std::fprintf(stderr, "psar: %s%s\n", kind, e.what());
+  else if (!agreed) std::fprintf(stderr, "psar: rank %d: %s%s\n", rank, kind, e.what());
+  std::fflush(stderr);
+  if (multi_rank && !agreed && MpiRuntime::initialized()) MpiRuntime::abort(code);
+  return code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -27,6 +47,10 @@ int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::printf("psar %s\n", psar_version());
+    return 0;
   }
   CliContext ctx;
   const Subcommand* cmd = nullptr;
@@ -70,16 +94,12 @@ int main(int argc, char** argv) {
   try {
     return cmd->run(ctx);
   } catch (const ConfigError& e) {
-    // Every rank sees the same configuration: one report is enough.
-    if (rank == 0) std::fprintf(stderr, "psar: config error: %s\n", e.what());
-    return 2;
+    return fail(&e, e, "config error: ", 2, rank, multi_rank);
   } catch (const DataError& e) {
-    if (rank == 0) std::fprintf(stderr, "psar: data error: %s\n", e.what());
-    return 2;
+    return fail(&e, e, "data error: ", 2, rank, multi_rank);
+  } catch (const Error& e) {
+    return fail(&e, e, "error: ", 1, rank, multi_rank);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "psar: error on rank %d: %s\n", rank, e.what());
-    std::fflush(stderr);
-    if (multi_rank && MpiRuntime::initialized()) MpiRuntime::abort(1);
-    return 1;
+    return fail(nullptr, e, "error: ", 1, rank, multi_rank);
   }
 }

@@ -149,7 +149,7 @@ void plan_shard_checkpoints(ps::PsOptions& o, const CheckpointPlan& plan) {
     o.first_clock = plan.resume_step;
     o.resume_shard = [plan](int shard) {
       const std::string path =
-          shard_checkpoint_path(checkpoint_dir(plan.run_dir, plan.resume_step), shard);
+          shard_checkpoint_path(checkpoint_dir(plan.resume_dir, plan.resume_step), shard);
       const CheckpointFile f = CheckpointFile::read(path);
       auto s = std::make_shared<ps::ShardSnapshot>();
       s->shard = shard;
@@ -191,6 +191,11 @@ SyncSetup make_ps_sync(SyncInit& init, std::shared_ptr<ps::PsCounters> served) {
     };
     return setup;
   }
+  setup.endpoints = "parameter server:";
+  for (const ps::ShardAddress& a : rank.shards)
+    setup.endpoints += " shard " + std::to_string(a.shard) + " at " + a.endpoint +
+                       (a.host.empty() ? "" : " (" + a.host + ")") + ";";
+  setup.endpoints.back() = '\n';
   if (rank.worker_comm) {
     setup.owned_workers = std::move(rank.worker_comm);
     setup.workers = setup.owned_workers.get();

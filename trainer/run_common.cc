@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <numeric>
 
 #include "core/errors.h"
 #include "core/rng.h"
+#include "trainer/agreement.h"
 
 namespace psar {
 
@@ -113,6 +115,57 @@ void print_eval(int64_t step, double test_loss, double test_accuracy) {
               test_loss, 100.0 * test_accuracy);
 }
 
+namespace {
+
+namespace fs = std::filesystem;
+
+// What makes a directory a psar run (docs/outputs.md): "" when none is there.
+std::string run_files_in(const fs::path& dir) {
+  std::string found;
+  for (const char* f : {"config.yaml", "steps.csv", "summary.csv", "checkpoints"})
+    if (fs::exists(dir / f)) found += (found.empty() ? "" : ", ") + std::string(f);
+  return found;
+}
+
+// World rank 0's part of prepare_run_dir: "" when the run may start there
+// (after clearing it with --overwrite), else why not.
+std::string claim_run_dir(const TrainOptions& o) {
+  const fs::path out(o.out_dir);
+  if (!fs::exists(out)) return "";
+  if (!fs::is_directory(out)) return "--out " + o.out_dir + " is a file, not a directory";
+  if (!o.resume_from.empty() && absolute_run_dir(o.resume_from) == absolute_run_dir(o.out_dir))
+    return "";  // the run continues in place
+  if (fs::is_empty(out)) return "";
+  const std::string files = run_files_in(out);
+  if (files.empty())
+    return "--out " + o.out_dir +
+           " holds files that are not a psar run (no config.yaml, steps.csv, summary.csv or "
+           "checkpoints/); choose a new or empty directory (--overwrite clears runs only)";
+  if (!o.overwrite)
+    return "--out " + o.out_dir + " already holds a run (" + files + "); pass --overwrite to " +
+           "replace it, --resume " + o.out_dir + " to continue it, or choose another --out";
+  for (const auto& e : fs::directory_iterator(out)) fs::remove_all(e.path());
+  return "";
+}
+
+}  // namespace
+
+void prepare_run_dir(Comm& world, const TrainOptions& options) {
+  if (options.out_dir.empty()) return;
+  std::string refusal;
+  if (world.rank() == 0) {
+    try {
+      refusal = claim_run_dir(options);
+    } catch (const std::exception& e) {
+      refusal = "--out " + options.out_dir + ": " + e.what();
+    }
+  }
+  // Rank 0's verdict on every rank (an all-gather: its size is not known).
+  const auto all = world.allgather_bytes(std::as_bytes(std::span<const char>(refusal)));
+  refusal.assign(reinterpret_cast<const char*>(all[0].data()), all[0].size());
+  if (!refusal.empty()) throw agreed(ConfigError(refusal));
+}
+
 void begin_run_files(Comm& workers, const Config& config, const std::string& out_dir) {
   if (workers.rank() != 0 || out_dir.empty()) return;
   make_dirs(out_dir);
@@ -148,7 +201,7 @@ void write_run_end(Comm& workers, Comm& world, const Config& config, const RunEn
                  CsvWriter::num(result.steps), CsvWriter::num(result.epochs),
                  CsvWriter::num(result.final_loss), CsvWriter::num(result.test_accuracy),
                  CsvWriter::num(result.wall_s), CsvWriter::num(result.samples_per_s),
-                 device[0], device[1], device[2], end.network, "finished"});
+                 device[0], device[1], device[2], end.network, result.status});
     summary.write(end.out_dir + "/summary.csv");
   }
   if (tracer.enabled()) {

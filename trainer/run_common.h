@@ -64,6 +64,13 @@ void print_eval(int64_t step, double test_loss, double test_accuracy);
 
 // The run directory's files at the start and at the end of a run (the
 // per-step ones stream through StepLog, step_log.h).
+// Collective over `world`, before anything is written: a run directory is
+// never mixed. options.out_dir may be new, empty, the run options.resume_from
+// continues, or — with options.overwrite — a run, which world rank 0 then
+// clears. Anything else is an agreed ConfigError (core/errors.h) that says
+// what to pass, and nothing is touched: a run there without --overwrite, a
+// directory of files that are not a run (never cleared), a file.
+void prepare_run_dir(Comm& world, const TrainOptions& options);
 // config.yaml, once the run is known to start (rank 0 of `workers`).
 void begin_run_files(Comm& workers, const Config& config, const std::string& out_dir);
 
@@ -73,7 +80,7 @@ struct RunEnd {
   std::string sync;     // the backend's name
   std::string network;  // NetModel::describe()
 };
-// summary.csv (status "finished") and trace.json. Collective over `workers`
+// summary.csv (status: result.status) and trace.json. Collective over `workers`
 // (the trace is gathered); rank 0 writes.
 void write_run_end(Comm& workers, Comm& world, const Config& config, const RunEnd& end,
                    const TrainResult& result, const Tracer& tracer);

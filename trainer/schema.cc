@@ -71,6 +71,12 @@ Schema build() {
   s.add({"train.checkpoint_every", T::kInt, "0",
          "steps between checkpoints in the run directory (0 = none; psar train --resume continues "
          "from the latest)"});
+  s.add({"train.exit_at_step", T::kInt, "0",
+         "stop after this step with a checkpoint and status exited; --resume continues under the "
+         "same learning-rate schedule (0 = off)"});
+  s.add({"train.exit_after", T::kDuration, "0s",
+         "stop after the step that passes this much time in the process, with a checkpoint and "
+         "status exited (0s = off)"});
 
   // sync
   s.add({"sync.backend", T::kString, "mpi", "gradient synchronization backend (--sync)", {}, &sync_names});

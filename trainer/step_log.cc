@@ -23,13 +23,13 @@ std::string gathered(Comm& workers, const std::string& mine) {
   return out;
 }
 
-// A CSV file of a resumed run cut back to its header and the complete rows
-// whose column `step_column` (0-based) is at most `last_step`; started with
-// `header` if it does not exist.
-void start_file(const std::string& path, const std::string& header, int step_column,
-                int64_t last_step) {
+// `path` started with `header` and, for a resumed run, the complete rows of
+// `from` (the same file, or the resumed run's) whose column `step_column`
+// (0-based) is at most `last_step`.
+void start_file(const std::string& path, const std::string& from, const std::string& header,
+                int step_column, int64_t last_step) {
   std::string kept = header;
-  std::ifstream in(path);
+  std::ifstream in(from);
   if (in && last_step >= 0) {
     std::stringstream ss;
     ss << in.rdbuf();
@@ -63,11 +63,12 @@ StepLog::StepLog(Comm& workers, Comm& pipeline, const GridShape& shape, const Gr
       options_(std::move(options)) {
   if (workers_.rank() != 0 || options_.out_dir.empty()) return;
   const std::string& d = options_.out_dir;
+  const std::string& from = options_.resume_from.empty() ? d : options_.resume_from;
   const int64_t last = options_.resume_step;
-  start_file(d + "/steps.csv", kStepsCsvHeader, 1, last);
-  start_file(d + "/axes.csv", kAxesCsvHeader, 4, last);
-  if (options_.tp_csv) start_file(d + "/tp.csv", kTpCsvHeader, 3, last);
-  start_file(d + "/eval.csv", evals_.header(), 0, last);
+  start_file(d + "/steps.csv", from + "/steps.csv", kStepsCsvHeader, 1, last);
+  start_file(d + "/axes.csv", from + "/axes.csv", kAxesCsvHeader, 4, last);
+  if (options_.tp_csv) start_file(d + "/tp.csv", from + "/tp.csv", kTpCsvHeader, 3, last);
+  start_file(d + "/eval.csv", from + "/eval.csv", evals_.header(), 0, last);
 }
 
 void StepLog::add(const StepRow& row, const AxisRow& axis) {

@@ -12,9 +12,16 @@
 // one small all-gather per log interval; the rows are not counted in any
 // traffic column.
 //
-// A resumed run (resume_step ≥ 0) continues the same files: rank 0 first
-// cuts them back to the rows of steps ≤ resume_step (rows a killed run
-// flushed after its last checkpoint are recomputed, bitwise the same).
+// A resumed run (resume_step ≥ 0) continues the files of the run it resumes
+// (resume_from): rank 0 writes the rows of steps ≤ resume_step back (rows a
+// killed run flushed after its last checkpoint are recomputed, bitwise the
+// same) — into the same files, or, for a branch, into out_dir's, leaving the
+// old run's as they are.
+//
+// Every append holds whole rows: when a write or its fsync fails (a full
+// disk), the file is cut back to its length before the append and the error
+// is thrown, so a reader never sees part of a row or ranks ending at
+// different steps.
 
 #include <cstdint>
 #include <string>
@@ -32,6 +39,7 @@ struct StepLogOptions {
   std::string out_dir;       // "" = write nothing (the gathers still happen)
   bool tp_csv = false;       // also write tp.csv (t > 1)
   int64_t resume_step = -1;  // ≥ 0: continue the run directory's files after this step
+  std::string resume_from;   // the run directory resumed (with resume_step ≥ 0)
 };
 
 class StepLog {

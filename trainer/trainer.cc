@@ -155,20 +155,21 @@ int64_t dp_floats_formula(const Model& model, const ParamStore& store, int t) {
 // one), checked against this job on every rank. -1 for a new run.
 int64_t find_resume_step(Comm& world, const Config& config, const TrainOptions& options,
                          const JobIdentity& job) {
-  if (!options.resume) return -1;
-  if (options.out_dir.empty()) throw ConfigError("--resume needs the run directory");
-  int64_t step = world.rank() == 0 ? latest_checkpoint(options.out_dir) : 0;
+  const std::string& from = options.resume_from;
+  if (from.empty()) return -1;
+  int64_t step = world.rank() == 0 ? latest_checkpoint(from) : 0;
   world.broadcast_bytes(std::as_writable_bytes(std::span<int64_t>(&step, 1)), 0);
   if (step < 0)
-    throw ConfigError("--resume " + options.out_dir + ": no complete checkpoint in " +
-                      options.out_dir + "/checkpoints (set train.checkpoint_every to write them)");
-  const std::string dir = checkpoint_dir(options.out_dir, step);
+    throw agreed(ConfigError("--resume " + from + ": no complete checkpoint in " + from +
+                             "/checkpoints (set train.checkpoint_every to write them)"));
+  const std::string dir = checkpoint_dir(from, step);
   check_resumable(CheckpointFile::read(manifest_path(dir)), config, job, dir);
   if (step >= job.total_steps)
-    throw ConfigError("--resume: the checkpoint " + dir + " is at step " + std::to_string(step) +
-                      " and this run has " + std::to_string(job.total_steps) +
-                      " steps: nothing is left to run (raise train.steps or train.epochs to "
-                      "continue it)");
+    throw agreed(ConfigError("--resume: the checkpoint " + dir + " is at step " +
+                             std::to_string(step) + " and this run has " +
+                             std::to_string(job.total_steps) +
+                             " steps: nothing is left to run (raise train.steps or train.epochs "
+                             "to continue it)"));
   return step;
 }
 
@@ -245,10 +246,17 @@ Device training_device(const Config& config, const Parallel& par, const std::str
   if (par.t > 1 && config.get_string("parallel.tp_split") != "column_row")
     refuse("parallel.tp_split " + config.get_string("parallel.tp_split") + " (column_row does)");
   if (config.get_int("train.checkpoint_every") > 0) refuse("checkpoints (train.checkpoint_every)");
+  if (config.get_int("train.exit_at_step") > 0 || config.get_duration("train.exit_after") > 0)
+    refuse("train.exit_at_step / train.exit_after (they end with a checkpoint)");
   if (!backend.model_parallel)
     refuse("sync.backend " + sync_name + " (choose an allreduce backend or nccl)");
   return device;
 }
+
+// Whether the run ends after a step: it runs on, exits (train.exit_at_step,
+// train.exit_after) or stops on a signal (TrainOptions::stop_signal). The
+// workers agree on the largest.
+enum Stop { kRunOn = 0, kExit = 1, kTerminate = 2 };
 
 // How far a run got, for the summary of a run that stops on an error.
 struct Progress {
@@ -262,7 +270,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   const Stopwatch wall;
   TrainResult result;
   world.set_timeout(config.get_duration("sync.timeout"));
-  check_agreement(world, config);
+  check_agreement(world, config, options.out_dir);
   const NetModel network = apply_network_model(world, config);
 
   // ---- data, steps, the grid: everything checked before any work ------------
@@ -355,6 +363,16 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   if (checkpoint_every < 0)
     throw ConfigError("train.checkpoint_every must be >= 0, got " +
                       std::to_string(checkpoint_every));
+  // Stopping early (docs/checkpoints.md): at a step, after a duration of
+  // this process's run. A resumed run past exit_at_step runs on.
+  const int64_t exit_at_step = config.get_int("train.exit_at_step");
+  const double exit_after = config.get_duration("train.exit_after");
+  if (exit_at_step < 0 || exit_after < 0)
+    throw ConfigError("train.exit_at_step and train.exit_after must be >= 0 (0 = off)");
+  if ((exit_at_step > 0 || exit_after > 0) && options.out_dir.empty())
+    throw ConfigError("train.exit_at_step / train.exit_after end with a checkpoint: the run "
+                      "needs a run directory (--out)");
+  prepare_run_dir(world, options);
 
   // ---- gradient synchronization over this rank's data-parallel group --------
   OptimizerOptions optimizer = optimizer_options(config);
@@ -364,7 +382,8 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
                 store,
                 optimizer,
                 grid ? &grid->dp() : nullptr,
-                CheckpointPlan{options.out_dir, checkpoint_every, first_step}};
+                CheckpointPlan{options.out_dir, checkpoint_every, first_step,
+                               options.resume_from}};
   SyncSetup setup = make_gradient_sync(sync_name, init);
   if (setup.serve) {
     setup.serve();
@@ -373,6 +392,13 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   }
   Comm& workers = *setup.workers;  // every rank that trains
   GradientSync& sync = *setup.sync;
+  // A backend whose servers keep the optimizer state (the parameter server)
+  // saves it at train.checkpoint_every steps only: an early stop must fall on one.
+  if (exit_at_step > 0 && !sync.optimizer() &&
+      (checkpoint_every == 0 || exit_at_step % checkpoint_every != 0))
+    throw ConfigError("train.exit_at_step " + std::to_string(exit_at_step) + " with sync.backend " +
+                      sync_name + " must be a multiple of train.checkpoint_every (its servers " +
+                      "save their state at those steps only)");
   PSAR_CHECK(workers.size() == trainers, "sync.backend ", sync_name, " left ", workers.size(),
              " workers, planned ", trainers);
   if (!grid) grid = std::make_unique<ProcessGrid>(workers, shape);
@@ -408,7 +434,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   const Stopwatch restore_clock;
   if (first_step >= 0)
     restore_rank(CheckpointFile::read(rank_checkpoint_path(
-                     checkpoint_dir(options.out_dir, first_step), workers.rank())),
+                     checkpoint_dir(options.resume_from, first_step), workers.rank())),
                  workers.rank(), grid->coord(), first_step, store, sync, *model);
   const double restore_s = workers.allreduce_max(restore_clock.seconds());
   begin_run_files(workers, config, options.out_dir);
@@ -426,7 +452,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   progress.end = run_end;
   progress.lead = workers.rank() == 0;
   StepLog log(workers, pipeline, grid->shape(), grid->coord(),
-              {options.out_dir, par.t > 1, first_step});
+              {options.out_dir, par.t > 1, first_step, options.resume_from});
   int64_t tp_formula = 0;
   for (int c = 0; c < layout.chunks; ++c) tp_formula += par.m * model->tp_allreduce_floats(c);
   const int64_t pp_formula =
@@ -440,10 +466,12 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   int64_t order_epoch = -1;
   double train_time = 0;
   const bool lead = workers.rank() == 0;
+  if (lead && options.verbose && !setup.endpoints.empty())
+    std::fputs(setup.endpoints.c_str(), stdout);
   if (lead && options.verbose && first_step >= 0)
     std::printf("resumed from %s at step %ld (restored in %.3f s)\n",
-                checkpoint_dir(options.out_dir, first_step).c_str(), static_cast<long>(first_step),
-                restore_s);
+                checkpoint_dir(options.resume_from, first_step).c_str(),
+                static_cast<long>(first_step), restore_s);
   int64_t step = std::max<int64_t>(first_step, 0);
   // Writes this step's checkpoint: every worker its file, then (after a
   // barrier: every file, the shards' too, is in place) rank 0 the MANIFEST.
@@ -558,7 +586,17 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
          exposed_s},
         axis);
 
-    const bool last = step + 1 == plan.total_steps;
+    // Whether this step is the last: the plan's, train.exit_at_step, or a
+    // stop the workers agree on (one small exchange per step, made only when
+    // a signal or the clock can ask for one).
+    int stop = step + 1 == exit_at_step ? kExit : kRunOn;
+    if (options.stop_signal || exit_after > 0) {
+      double mine = stop;
+      if (options.stop_signal && options.stop_signal->load() != 0) mine = kTerminate;
+      else if (exit_after > 0 && wall.seconds() >= exit_after) mine = kExit;
+      stop = static_cast<int>(workers.allreduce_max(mine));
+    }
+    const bool last = step + 1 == plan.total_steps || stop != kRunOn;
     const bool logs = (step + 1) % plan.log_every == 0 || last;
     if (logs) {
       const double mean_loss = workers.allreduce_sum(holds_loss ? loss : 0.0) / d;
@@ -567,8 +605,13 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
                        std::max<int64_t>(first_step, 0));
       if (last) result.final_loss = mean_loss;
     }
-    const bool checkpoints =
-        checkpoint_every > 0 && (step + 1) % checkpoint_every == 0 && !options.out_dir.empty();
+    // A periodic checkpoint; at an early stop one more, where the backend can
+    // save this step (the PS shards save at periodic steps only): always on
+    // train.exit_*, with checkpoints on after a signal.
+    const bool periodic = checkpoint_every > 0 && (step + 1) % checkpoint_every == 0;
+    const bool stop_saves = (stop == kExit || (stop == kTerminate && checkpoint_every > 0)) &&
+                            sync.optimizer() != nullptr;
+    const bool checkpoints = (periodic || stop_saves) && !options.out_dir.empty();
     const bool evaluates = model->evaluates() && plan.eval_after(step + 1);
     // An evaluation, a checkpoint and the end of training read every parameter.
     // (Layer-wise, the thread's spans of the last step's end come with the
@@ -585,7 +628,14 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     // Rows reach the disk every log interval, and before a checkpoint claims their step.
     if (logs || checkpoints) log.flush();
     if (checkpoints) write_checkpoint(step + 1);
+    if (stop != kRunOn && step + 1 < plan.total_steps) {
+      result.status = stop == kExit ? "exited" : "terminated";
+      if (stop == kTerminate && options.stop_signal) result.stop_signal = options.stop_signal->load();
+      ++step;
+      break;
+    }
   }
+  const int64_t steps_done = step;
 
   // ---- results: the replica's loss on every stage, the whole model ------------
   result.losses = log.losses();
@@ -595,11 +645,11 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   const DeviceScope on_host(Device::kCpu);
   check_tied_params(store, tied, layout, pipeline, tied_scratch);
   result.params = gather_model(*model, store, chunk_params, layout, grid->tp(), pipeline);
-  result.steps = plan.total_steps;
-  result.epochs = static_cast<double>(plan.total_steps) / plan.steps_per_epoch;
+  result.steps = steps_done;
+  result.epochs = static_cast<double>(steps_done) / plan.steps_per_epoch;
   result.wall_s = workers.allreduce_max(wall.seconds());
   result.samples_per_s = static_cast<double>(plan.batch_size) *
-                         static_cast<double>(plan.total_steps - std::max<int64_t>(first_step, 0)) /
+                         static_cast<double>(steps_done - std::max<int64_t>(first_step, 0)) /
                          workers.allreduce_max(train_time);
 
   if (layout.stages > 1) {

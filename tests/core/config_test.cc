@@ -132,11 +132,38 @@ TEST(Units, SizesDurationsBandwidths) {
   EXPECT_DOUBLE_EQ(parse_duration("5us"), 5e-6);
   EXPECT_DOUBLE_EQ(parse_duration("2ms"), 2e-3);
   EXPECT_DOUBLE_EQ(parse_duration("1.5s"), 1.5);
-  EXPECT_DOUBLE_EQ(parse_duration("60"), 60);
+  EXPECT_DOUBLE_EQ(parse_duration("60", /*bare_seconds=*/true), 60);
+  EXPECT_DOUBLE_EQ(parse_duration("0"), 0);
   EXPECT_DOUBLE_EQ(parse_bandwidth("10Gbit"), 1.25e9);
   EXPECT_DOUBLE_EQ(parse_bandwidth("100Mbit"), 12.5e6);
   EXPECT_DOUBLE_EQ(parse_bandwidth("1.25GB/s"), 1.25e9);
   EXPECT_THROW(parse_bandwidth("0Gbit"), ConfigError);
+  EXPECT_DOUBLE_EQ(parse_bandwidth("100B/s"), 100);
+}
+
+// A number without a unit could be any of them: net.latency=5 is not 5 s,
+// net.bandwidth=10 not 80 bit/s.
+TEST(Units, DurationsAndBandwidthsWithoutAUnitAreRefusedNamingTheText) {
+  for (const char* bare : {"5", "1.5", "2e-6"}) {
+    try {
+      parse_duration(bare);
+      ADD_FAILURE() << bare << " was read as a duration";
+    } catch (const ConfigError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string("'") + bare + "' has no unit"));
+    }
+  }
+  try {
+    parse_bandwidth("10");
+    ADD_FAILURE() << "10 was read as a bandwidth";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("'10' has no unit: write e.g. 10Gbit"));
+  }
+  EXPECT_THROW(Config::load_string("net: {latency: 5}\n", schema(), {}), ConfigError);
+  EXPECT_THROW(Config::load_string("", schema(), {"net.bandwidth=10"}), ConfigError);
+  EXPECT_NO_THROW(Config::load_string("", schema(), {"net.latency=0", "net.bandwidth=10Gbit"}));
+}
+
+TEST(Units, Formats) {
   EXPECT_EQ(format_bytes(64 << 20), "64M");
   EXPECT_EQ(format_bytes(1000), "1000");
 }

@@ -1,10 +1,15 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "core/csv.h"
+#include "core/errors.h"
 
 namespace psar {
 namespace {
@@ -66,3 +71,45 @@ TEST(Csv, ReplacingAndAppendingLeaveOnlyTheFile) {
 
 }  // namespace
 }  // namespace psar
+
+// A full disk mid-append (here: the file size limit, RLIMIT_FSIZE, which
+// lets the write put part of the block in the file and then fails it with
+// EFBIG): the append throws and the file is cut back to the rows it held, so
+// no reader sees half a block. In a child process: the limit is per process.
+TEST(Csv, AFailedAppendIsCutBackToTheLastWholeRow) {
+  const auto path = (std::filesystem::temp_directory_path() /
+                     ("psar_csv_full_" + std::to_string(::getpid()) + ".csv"))
+                        .string();
+  const std::string before = "step,loss\n1,0.5\n2,0.4\n";
+  std::ofstream(path) << before;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{static_cast<rlim_t>(before.size() + 7), static_cast<rlim_t>(before.size() + 7)};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    try {
+      psar::append_file_durable(path, "3,0.3\n4,0.2\n5,0.1\n");
+    } catch (const psar::Error& e) {
+      const bool named = std::string(e.what()).find("cut back to its last whole row") !=
+                         std::string::npos;
+      std::_Exit(named ? 0 : 2);
+    }
+    std::_Exit(1);  // the append did not fail: the limit did not bite
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: no error; 2: an error without the cut";
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), before);
+  // The control: without the limit the same append lands whole.
+  psar::append_file_durable(path, "3,0.3\n");
+  std::ifstream again(path);
+  std::stringstream all;
+  all << again.rdbuf();
+  EXPECT_EQ(all.str(), before + "3,0.3\n");
+  std::filesystem::remove(path);
+}

@@ -138,6 +138,27 @@ TEST(Bsp, AWorkerThatLeavesEarlyBlocksThePullsThatNeedIt) {
   EXPECT_TRUE(s.all_left());
 }
 
+// A worker that gives up while another is behind it (stopped, say) is not
+// the cause: the message names the one it waited for.
+TEST(Bsp, AWorkerThatLeftWhileWaitingNamesTheWorkerBehindIt) {
+  ShardState s(shard(3, 2), initial_params(3));
+  s.push(0, 0, owned(make_grad(0, 0, 3)));
+  s.push(1, 0, owned(make_grad(1, 0, 3)));
+  s.push(0, 1, owned(make_grad(0, 1, 3)));  // worker 1 stalls before its step 2
+  s.leave(0, 2);
+  s.push(1, 1, owned(make_grad(1, 1, 3)));
+  const std::string why = s.pull_blocked(3);
+  EXPECT_NE(why.find("worker 0 left after 2 steps while it waited for worker 1 (pushed 1)"),
+            std::string::npos)
+      << why;
+  // The control: one that leaves with nobody behind it is named alone.
+  ShardState t(shard(3, 2), initial_params(3));
+  t.push(0, 0, owned(make_grad(0, 0, 3)));
+  t.push(1, 0, owned(make_grad(1, 0, 3)));
+  t.leave(0, 1);
+  EXPECT_EQ(t.pull_blocked(2).find("waited for"), std::string::npos) << t.pull_blocked(2);
+}
+
 // ---- ssp ------------------------------------------------------------------------------
 
 TEST(Ssp, WithStalenessZeroIsBspBitForBit) {

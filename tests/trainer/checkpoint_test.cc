@@ -13,8 +13,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -48,7 +53,7 @@ std::vector<float> train_in(int ranks, const Config& cfg, const fs::path& dir, b
   run_inproc(ranks, [&](Comm& c) {
     TrainOptions o;
     o.out_dir = dir.string();
-    o.resume = resume;
+    o.resume_from = resume ? o.out_dir : "";
     TrainResult r = train(c, cfg, o);
     std::lock_guard<std::mutex> lock(mu);
     if (!r.server && (params.empty() || c.rank() == 0) && !r.params.empty()) params = r.params;
@@ -213,6 +218,175 @@ TEST_F(Checkpoints, AResumedStepLogKeepsTheRowsUpToTheCheckpointAndDropsACutLine
                              "0,3,0.300000,6.5,0,0,0,0,0,0,0\n");
   EXPECT_TRUE(fs::exists(dir_ / "axes.csv"));
   EXPECT_TRUE(fs::exists(dir_ / "eval.csv"));
+}
+
+// untimed_rows in sorted order (flushes cut a stopped run's blocks elsewhere).
+std::string sorted_rows(const fs::path& steps_csv) {
+  std::istringstream in(untimed_rows(steps_csv));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::sort(lines.begin(), lines.end());
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+// Every file under `dir` (relative path -> bytes).
+std::map<std::string, std::string> snapshot(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) files[fs::relative(e.path(), dir).string()] = read(e.path());
+  return files;
+}
+
+// Trains `ranks` threads with per-rank options; returns worker rank 0's result.
+TrainResult train_with(int ranks, const Config& cfg,
+                       const std::function<TrainOptions(int rank)>& options) {
+  TrainResult first;
+  std::mutex mu;
+  run_inproc(ranks, [&](Comm& c) {
+    TrainResult r = train(c, cfg, options(c.rank()));
+    std::lock_guard<std::mutex> lock(mu);
+    if (!r.server && (first.params.empty() || c.rank() == 0)) first = r;
+  });
+  return first;
+}
+
+// The summary.csv status column's value.
+std::string summary_status(const fs::path& run) {
+  std::istringstream in(read(run / "summary.csv"));
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  return row.substr(row.rfind(',') + 1);
+}
+
+// train.exit_at_step stops with a checkpoint and status "exited"; --resume
+// then runs the rest under the same cosine schedule, ending bitwise where one
+// uninterrupted run ends.
+TEST_F(Checkpoints, ExitAtStepThenResumeEqualsAnUninterruptedCosineRun) {
+  const Config whole = with(testing::small_mlp_config("ring", 12, "adam"),
+                            {"optimizer.schedule=cosine", "optimizer.warmup_steps=2"});
+  const TrainResult reference = train_with(2, whole, [&](int) {
+    return TrainOptions{.out_dir = (dir_ / "whole").string()};
+  });
+  const auto in = [&](const std::string& run, const std::string& from = "") {
+    return [=, this](int) {
+      return TrainOptions{.out_dir = (dir_ / run).string(),
+                          .resume_from = from.empty() ? "" : (dir_ / from).string()};
+    };
+  };
+  const TrainResult stopped = train_with(2, with(whole, {"train.exit_at_step=5"}), in("run"));
+  EXPECT_EQ(stopped.status, "exited");
+  EXPECT_EQ(stopped.steps, 5);
+  EXPECT_EQ(summary_status(dir_ / "run"), "exited");
+  ASSERT_EQ(latest_checkpoint((dir_ / "run").string()), 5);
+  EXPECT_NE(stopped.params, reference.params);  // the check can fail
+  // The resume names the same exit step: a run past it runs on.
+  const TrainResult resumed =
+      train_with(2, with(whole, {"train.exit_at_step=5"}), in("run", "run"));
+  EXPECT_EQ(resumed.status, "finished");
+  EXPECT_EQ(resumed.params, reference.params);
+  EXPECT_EQ(sorted_rows(dir_ / "whole" / "steps.csv"), sorted_rows(dir_ / "run" / "steps.csv"));
+  EXPECT_EQ(summary_status(dir_ / "run"), "finished");
+}
+
+// train.exit_after: every rank stops after the same step (the first whose
+// end passes the duration on some rank), with a checkpoint, status "exited".
+TEST_F(Checkpoints, ExitAfterADurationStopsEveryRankAfterTheSameStep) {
+  const Config cfg = with(testing::small_mlp_config("ring", 1000), {"train.exit_after=1ns"});
+  std::vector<TrainResult> results(3);
+  run_inproc(3, [&](Comm& c) {
+    results[static_cast<size_t>(c.rank())] =
+        train(c, cfg, TrainOptions{.out_dir = (dir_ / "run").string()});
+  });
+  for (const TrainResult& r : results) {
+    EXPECT_EQ(r.status, "exited");
+    EXPECT_EQ(r.steps, 1);
+  }
+  EXPECT_EQ(summary_status(dir_ / "run"), "exited");
+  EXPECT_EQ(latest_checkpoint((dir_ / "run").string()), 1);
+}
+
+// --resume RUN --out NEW: NEW continues RUN from its checkpoint (its rows up
+// to it included); RUN is not changed by a single byte.
+TEST_F(Checkpoints, ABranchContinuesInItsOwnDirectoryAndLeavesTheOldRunByteIdentical) {
+  const Config whole = with(testing::small_mlp_config("ring", 8), {"train.checkpoint_every=4"});
+  const TrainResult reference = train_with(3, whole, [&](int) {
+    return TrainOptions{.out_dir = (dir_ / "whole").string()};
+  });
+  train_with(3, with(whole, {"train.steps=4"}),
+             [&](int) { return TrainOptions{.out_dir = (dir_ / "old").string()}; });
+  const auto before = snapshot(dir_ / "old");
+  const TrainResult branch = train_with(3, whole, [&](int) {
+    return TrainOptions{.out_dir = (dir_ / "new").string(),
+                        .resume_from = (dir_ / "old").string()};
+  });
+  EXPECT_EQ(branch.first_step, 4);
+  EXPECT_EQ(branch.params, reference.params);
+  EXPECT_EQ(snapshot(dir_ / "old"), before);
+  EXPECT_EQ(sorted_rows(dir_ / "whole" / "steps.csv"), sorted_rows(dir_ / "new" / "steps.csv"));
+  EXPECT_EQ(latest_checkpoint((dir_ / "new").string()), 8);
+}
+
+// A stop signal seen by one rank only: every rank stops after the same step,
+// with a checkpoint there (checkpoints on) and status "terminated".
+TEST_F(Checkpoints, AStopSignalOnOneRankStopsEveryRankAfterTheSameStep) {
+  const Config cfg = with(testing::small_mlp_config("ring", 20), {"train.checkpoint_every=50"});
+  std::atomic<int> quiet{0}, signalled{SIGTERM};
+  std::vector<TrainResult> results(3);
+  run_inproc(3, [&](Comm& c) {
+    TrainOptions o{.out_dir = (dir_ / "run").string()};
+    o.stop_signal = c.rank() == 2 ? &signalled : &quiet;
+    results[static_cast<size_t>(c.rank())] = train(c, cfg, o);
+  });
+  for (const TrainResult& r : results) {
+    EXPECT_EQ(r.status, "terminated");
+    EXPECT_EQ(r.steps, 1);
+  }
+  EXPECT_EQ(summary_status(dir_ / "run"), "terminated");
+  EXPECT_EQ(latest_checkpoint((dir_ / "run").string()), 1);
+  // The control: no signal, no stop.
+  const TrainResult whole = train_with(3, cfg, [&](int) {
+    TrainOptions o{.out_dir = (dir_ / "whole").string()};
+    o.stop_signal = &quiet;
+    return o;
+  });
+  EXPECT_EQ(whole.status, "finished");
+  EXPECT_EQ(whole.steps, 20);
+}
+
+// A run directory is never mixed: a second run into it is refused before
+// anything is touched; overwrite clears it; files that are no run are never cleared.
+TEST_F(Checkpoints, AnExistingRunIsRefusedUntouchedUnlessOverwritten) {
+  const Config cfg = with(testing::small_mlp_config("ring", 3), {"train.checkpoint_every=3"});
+  const auto out = [&](bool overwrite) {
+    return [&, overwrite](int) {
+      return TrainOptions{.out_dir = (dir_ / "run").string(), .overwrite = overwrite};
+    };
+  };
+  train_with(2, cfg, out(false));
+  std::ofstream(dir_ / "run" / "tp.csv") << "an older run's file\n";
+  const auto before = snapshot(dir_ / "run");
+  try {
+    train_with(2, with(cfg, {"train.steps=2"}), out(false));
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("already holds a run"));
+    EXPECT_THAT(e.what(), HasSubstr("--overwrite"));
+    EXPECT_TRUE(e.agreed());
+  }
+  EXPECT_EQ(snapshot(dir_ / "run"), before);
+  train_with(2, with(cfg, {"train.steps=2", "train.checkpoint_every=0"}), out(true));
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "tp.csv"));
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "checkpoints"));
+  fs::create_directories(dir_ / "mine");
+  std::ofstream(dir_ / "mine" / "notes.txt") << "not a run\n";
+  EXPECT_THROW(train_with(1, cfg, [&](int) {
+                 return TrainOptions{.out_dir = (dir_ / "mine").string(), .overwrite = true};
+               }),
+               ConfigError);
+  EXPECT_TRUE(fs::exists(dir_ / "mine" / "notes.txt"));
 }
 
 TEST(CheckpointFile, RoundTripsAndRefusesDamage) {

@@ -123,6 +123,85 @@ TEST_F(Cli, MissingConfigFileIsNamed) {
   EXPECT_THAT(o.output, HasSubstr("cannot open config file '/nonexistent/exp.yaml'"));
 }
 
+TEST_F(Cli, AConfigPathThatIsADirectoryOrAnEmptyFileIsNamedAsSuch) {
+  Outcome o = run(std::string(PSAR_BIN) + " train " + dir_.string());
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("config file '" + dir_.string() + "' is a directory"));
+  o = run(std::string(PSAR_BIN) + " train " + config(""));
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("config file '" + (dir_ / "c.yaml").string() + "' is empty"));
+}
+
+TEST_F(Cli, HelpAndVersion) {
+  for (const char* args : {" --help", " -h"}) {
+    const Outcome o = run(std::string(PSAR_BIN) + args);
+    EXPECT_EQ(o.code, 0);
+    EXPECT_THAT(o.output, HasSubstr("usage: psar <command>"));
+  }
+  Outcome o = run(std::string(PSAR_BIN) + " train --help");
+  EXPECT_EQ(o.code, 0);
+  EXPECT_THAT(o.output, HasSubstr("--overwrite"));
+  EXPECT_THAT(o.output, HasSubstr("--resume RUN_DIR"));
+  o = run(std::string(PSAR_BIN) + " --version");
+  EXPECT_EQ(o.code, 0);
+  EXPECT_THAT(o.output, ::testing::MatchesRegex("psar [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+}
+
+TEST_F(Cli, ADurationOrBandwidthWithoutAUnitIsRefused) {
+  Outcome o = train(kGood, "--set net.latency=5");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("'5' has no unit"));
+  o = train(kGood, "--set net.bandwidth=10");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("'10' has no unit"));
+}
+
+// An existing run in --out: refused, every file as it was; --overwrite
+// replaces it whole (a file the new run does not write is gone).
+TEST_F(Cli, AnExistingRunIsRefusedAndLeftAsItWasUnlessOverwritten) {
+  const std::string out = (dir_ / "run").string();
+  ASSERT_EQ(train(kGood, "--quiet").code, 0);
+  std::ofstream(dir_ / "run" / "trace.json") << "{}";
+  std::map<std::string, std::pair<std::string, fs::file_time_type>> before;
+  for (const auto& e : fs::directory_iterator(out)) {
+    std::ifstream in(e.path());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    before[e.path().filename()] = {ss.str(), fs::last_write_time(e.path())};
+  }
+  Outcome o = run(std::string(PSAR_BIN) + " train " + config(kGood) + " --out " + out +
+                  " --set train.steps=2");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("--out " + out + " already holds a run"));
+  for (const auto& e : fs::directory_iterator(out)) {
+    std::ifstream in(e.path());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const auto it = before.find(e.path().filename());
+    ASSERT_NE(it, before.end()) << e.path() << " appeared";
+    EXPECT_EQ(it->second.first, ss.str()) << e.path() << " changed";
+    EXPECT_EQ(it->second.second, fs::last_write_time(e.path())) << e.path() << " touched";
+  }
+  EXPECT_EQ(before.size(), static_cast<size_t>(std::distance(fs::directory_iterator(out),
+                                                             fs::directory_iterator())));
+  o = run(std::string(PSAR_BIN) + " train " + config(kGood) + " --out " + out +
+          " --quiet --overwrite --set train.steps=2");
+  EXPECT_EQ(o.code, 0) << o.output;
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "trace.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "run" / "summary.csv"));
+}
+
+// Default run names carry the --set overrides that tell runs apart, and a
+// second identical run gets a fresh directory beside the first.
+TEST_F(Cli, DefaultRunNamesAreUniqueAndCarryTheOverrides) {
+  const std::string cmd = "cd " + dir_.string() + " && " + PSAR_BIN + " train " + config(kGood) +
+                          " --quiet --set optimizer.lr=0.2";
+  ASSERT_EQ(run(cmd).code, 0);
+  ASSERT_EQ(run(cmd).code, 0);
+  EXPECT_TRUE(fs::exists(dir_ / "results/runs/run_naive_n1_lr0.2/summary.csv"));
+  EXPECT_TRUE(fs::exists(dir_ / "results/runs/run_naive_n1_lr0.2-2/summary.csv"));
+}
+
 TEST_F(Cli, AutoWithoutATuningTableSaysWhatToSet) {
   const Outcome o = train(kGood, "--sync auto");
   EXPECT_EQ(o.code, 2);
@@ -185,6 +264,18 @@ TEST_F(Cli, ARankGivenADifferentSetEndsTheJobNamingTheRankAndTheKey) {
   EXPECT_THAT(o.output, HasSubstr("start-up agreement: rank 2 differs from rank 0 in the "
                                   "configuration: optimizer.lr = 0.1 in rank 0, 0.5 in rank 2"));
   EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(Cli, ARankGivenAnotherOutEndsTheJobBeforeAnythingIsWritten) {
+  const std::string train = std::string(PSAR_BIN) + " train " + config(kGood) + " --out ";
+  const std::string a = (dir_ / "a").string(), b = (dir_ / "b").string();
+  const Outcome o = run(std::string(PSAR_MPIRUN) + " --allow-run-as-root --oversubscribe -np 2 " +
+                        train + a + " : -np 1 " + train + b);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("start-up agreement: rank 2 differs from rank 0 in the run "
+                                  "directory (--out): '" + a + "' on rank 0, '" + b + "' on rank 2"));
+  EXPECT_FALSE(fs::exists(a));
+  EXPECT_FALSE(fs::exists(b));
 }
 
 TEST_F(Cli, ResumeNeedsACheckpoint) {

@@ -49,7 +49,7 @@ def main():
         for order in ORDERS:
             out = os.path.join(args.out, f"{order}_r{r}")
             run([cluster, "mpirun", "-np", "4", "--per-host", "2", "--", psar, "train", exp,
-                 "--out", out, "--quiet", "--set", "parallel.pp=2", "--set", "parallel.tp=2",
+                 "--out", out, "--overwrite", "--quiet", "--set", "parallel.pp=2", "--set", "parallel.tp=2",
                  "--set", "parallel.microbatches=16", "--set", f"parallel.order={order}",
                  "--set", "train.steps=12"])
             got[order].append(summarize(out))

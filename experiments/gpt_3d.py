@@ -50,7 +50,7 @@ def train(psar, exp, out, p, t, d, net, sg, steps):
     sets = [f"parallel.pp={p}", f"parallel.tp={t}", f"parallel.microbatches={m}",
             f"parallel.scatter_gather={'true' if sg else 'false'}", f"train.steps={steps}",
             *NETWORKS[net]]
-    cmd = mpirun_prefix(p * t * d) + [psar, "train", exp, "--out", out, "--quiet"]
+    cmd = mpirun_prefix(p * t * d) + [psar, "train", exp, "--out", out, "--overwrite", "--quiet"]
     for s in sets:
         cmd += ["--set", s]
     run(cmd)

@@ -122,7 +122,7 @@ def measure(args):
                 try:
                     for i in range(args.repeat):
                         out = os.path.join(runs, name, f"r{i}")
-                        cmd = mpirun_prefix(ranks) + [psar, "train", TRAIN_CONFIG, "--out", out,
+                        cmd = mpirun_prefix(ranks) + [psar, "train", TRAIN_CONFIG, "--out", out, "--overwrite",
                                                       "--quiet"] + sets_args(MODEL + NET + train_sets)
                         run(cmd, high_priority=True)
                 except RunError as e:  # the other rows still run; a row keeps its finished repeats

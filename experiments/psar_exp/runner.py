@@ -138,11 +138,13 @@ def cluster_prefix(ranks, per_host=None, name=None, slots=None):
 
 
 def train_command(binary, exp_path, out, point, extra=(), cluster=None):
-    """mpirun ... psar train EXP --out OUT [extra] --set k=v ...; on the
-    virtual cluster when `cluster` is given ({"per_host": K, "name": N})."""
+    """mpirun ... psar train EXP --out OUT --overwrite [extra] --set k=v ...;
+    on the virtual cluster when `cluster` is given ({"per_host": K, "name":
+    N}). A point run again replaces its run (psar refuses an existing run
+    without --overwrite)."""
     prefix = (cluster_prefix(point.ranks, cluster.get("per_host"), cluster.get("name"))
               if cluster is not None else mpirun_prefix(point.ranks))
-    cmd = prefix + [binary, "train", exp_path, "--out", out, *extra]
+    cmd = prefix + [binary, "train", exp_path, "--out", out, "--overwrite", *extra]
     for s in point.sets:
         cmd += ["--set", s]
     return cmd

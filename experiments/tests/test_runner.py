@@ -66,7 +66,7 @@ def test_train_commands_run_under_mpirun_with_this_machines_flags(monkeypatch):
     p = runner.Point("x_n3", 3, ["a.b=1"])
     cmd = runner.train_command("psar", "e.yaml", "out/x", p, ["--quiet"])
     assert cmd == ["/usr/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3",
-                   "psar", "train", "e.yaml", "--out", "out/x", "--quiet", "--set", "a.b=1"]
+                   "psar", "train", "e.yaml", "--out", "out/x", "--overwrite", "--quiet", "--set", "a.b=1"]
 
 
 def test_on_the_cluster_train_commands_go_through_cluster_sh():

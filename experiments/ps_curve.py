@@ -3,8 +3,9 @@
 plain parameter server beside the same benchmark under CURVE, per message
 size, and the table of their ratio.
 
-    experiments/ps_curve.py [--repeats R] [--out results/ps_curve]   measure, then write the table
-    experiments/ps_curve.py --table-only [--out results/ps_curve]    the table from bench.csv again
+    experiments/ps_curve.py [--repeats R] [--reference]   measure, then write the table (runs/ps_curve;
+                                                          results/ps_curve with --reference)
+    experiments/ps_curve.py --table-only --reference      the table from the committed bench.csv again
 
 Each repeat runs the benchmark twice, plain and curve, in alternating order
 (so drifting background load hits both alike), with `uptime` and
@@ -28,7 +29,7 @@ import signal
 import tempfile
 from collections import defaultdict
 
-from psar_exp import ROOT, runner
+from psar_exp import runner
 from psar_exp.io import md_table, read_csv, write_csv, write_text
 
 RANKS = 3  # one server shard, two workers
@@ -67,11 +68,10 @@ def machine_lines():
     return [f"uptime: {up}", "vmstat 1 3:", vm]
 
 
-def measure(out, repeats, lock_wait):
+def measure(out, repeats, lock_wait, state):
     psar = runner.psar_binary()
     os.makedirs(out, exist_ok=True)
     lock = hold_measure_lock(lock_wait)  # noqa: F841 (held while measuring)
-    before = runner.machine_state()
     rows, notes = [], [f"commit {runner.commit()}"]
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
@@ -85,7 +85,7 @@ def measure(out, repeats, lock_wait):
     notes += ["after the runs:"] + machine_lines()
     write_csv(os.path.join(out, "bench.csv"), rows)
     write_text(os.path.join(out, "machine.txt"), "\n".join(notes) + "\n")
-    return before
+    return state
 
 
 def table(out):
@@ -154,11 +154,17 @@ def regenerate(folder, results=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default=os.path.join(ROOT, "results", "ps_curve"))
+    ap.add_argument("--out", help="default: runs/ps_curve, or results/ps_curve with --reference")
     ap.add_argument("--table-only", action="store_true", help="only rewrite README.md from bench.csv")
     ap.add_argument("--lock-wait", type=float, default=1800, help="seconds to wait for the lock")
+    runner.add_output_flags(ap)
     args = ap.parse_args()
-    before = None if args.table_only else measure(args.out, args.repeats, args.lock_wait)
+    args.out = args.out or os.path.join(runner.output_root(args), "ps_curve")
+    before = None
+    if not args.table_only:
+        psar = runner.psar_binary()
+        state = runner.begin(args.out, args.exploratory, psar, reference=args.reference)
+        before = measure(args.out, args.repeats, args.lock_wait, state)
     if args.table_only:
         # Keep the provenance the measuring run recorded.
         with open(os.path.join(args.out, "README.md")) as f:

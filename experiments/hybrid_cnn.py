@@ -21,6 +21,8 @@ time on the shared machine). Writes into results/hybrid_cnn/:
                      the mean over ranks and steps; step_s the slowest rank)
       split.csv      parameters and forward FLOPs per layer kind (the line
                      psar prints at the start of a CNN run)
+  machine_<part>.md: the commit, the load average before and after and the
+    steal time of that part's runs
   report: figures and tables.md from the CSVs above (no runs):
       accuracy.png, bytes.png, step_time.png, tables.md
 
@@ -75,7 +77,7 @@ def accuracy(args):
                          "train_s": f"{sum(v for s, v in slowest.items() if s <= k):.3f}",
                          "test_loss": e["test_loss"], "test_accuracy": e["test_accuracy"]})
     write_csv(os.path.join(OUT, "accuracy.csv"), rows)
-    runner.record_provenance(OUT, before)
+    write_text(os.path.join(OUT, "machine_accuracy.md"), runner.machine_note(before) + "\n")
 
 
 def mean(xs):
@@ -117,7 +119,7 @@ def compare(args):
                 })
                 write_csv(os.path.join(OUT, "compare.csv"), rows)
     write_csv(os.path.join(OUT, "split.csv"), parse_split(split))
-    runner.record_provenance(OUT, before)
+    write_text(os.path.join(OUT, "machine_compare.md"), runner.machine_note(before) + "\n")
 
 
 def parse_split(line):

@@ -103,6 +103,7 @@ Schema build() {
   s.add({"parallel.scatter_gather", T::kBool, "false", "between pipeline stages each TP rank sends 1/t of the activation and the receiving stage all-gathers it (Megatron's scatter/gather)"});
   s.add({"parallel.tp_allreduce", T::kString, "ring", "allreduce algorithm of tensor-parallel all-reduces", {}, &all_allreducers});
   s.add({"parallel.hybrid", T::kBool, "false", "cnn: Krizhevsky's hybrid: the n workers run the convolutions data-parallel on their slices of the batch and the fully connected layers tensor-parallel on the all-gathered features (parallel.tp = 1, parallel.pp = 1)"});
+  s.add({"parallel.hybrid_fc", T::kString, "tensor", "parallel.hybrid: the fully connected layers tensor-parallel (column, row, ...) or replicated on every rank", {"tensor", "replicated"}});
   s.add({"parallel.tp_split", T::kString, "column_row", "parallel MLP split", {"column_row", "row_column"}});
 
   // ps

@@ -102,7 +102,9 @@ Cnn::Cnn(CnnOptions options, const ModelContext& context)
     fc.relu = k + 1 < K;
     const std::string name = "fc" + std::to_string(k);
     const float std_he = static_cast<float>(std::sqrt(2.0 / static_cast<double>(fc.in)));
-    if (k % 2 == 1) {
+    if (o_.fc_replicated) {
+      fc.kind = FcKind::kReplicated;
+    } else if (k % 2 == 1) {
       fc.kind = FcKind::kRow;
       fc.tp = std::make_unique<RowParallelLinear>(
           *tp_, RowParallelOptions{name, fc.in, fc.out, true, true, std_he});
@@ -422,6 +424,10 @@ std::unique_ptr<Model> make_cnn(const Config& config, const Dataset& data,
   o.hidden = config.get_int_list("model.hidden");
   o.classes = data.classes();
   o.hybrid = config.get_bool("parallel.hybrid");
+  o.fc_replicated = config.get_string("parallel.hybrid_fc") == "replicated";
+  if (o.fc_replicated && !o.hybrid)
+    throw ConfigError("parallel.hybrid_fc: replicated is a variant of parallel.hybrid; set "
+                      "parallel.hybrid: true");
   o.seed = static_cast<uint64_t>(config.get_int("train.seed"));
   return std::make_unique<Cnn>(o, context);
 }

@@ -25,7 +25,10 @@
 //     takes its rows back into its convolutions. The conv gradients then
 //     differ per rank — they are data parallel over the group, all-reduced by
 //     the trainer (hybrid_data_parallel_floats); the FC shards' gradients are
-//     whole on their rank.
+//     whole on their rank. parallel.hybrid_fc: replicated keeps the FC layers
+//     whole on every rank instead (each runs them on all b rows: no f/g,
+//     the same gradients everywhere), the comparison point between plain
+//     data parallelism and the tensor-parallel FC.
 //
 // The conv gradient of rank r is made that of its slice's mean loss (the
 // feature gradient it takes back is scaled by n), so that averaging over the
@@ -51,6 +54,7 @@ struct CnnOptions {
   std::vector<int64_t> hidden = {256};            // model.hidden: FC hidden widths
   int64_t classes = 10;
   bool hybrid = false;  // parallel.hybrid
+  bool fc_replicated = false;  // parallel.hybrid_fc: replicated (every rank the whole FC)
   uint64_t seed = 1;    // train.seed, for the TP shards' serial values
 };
 

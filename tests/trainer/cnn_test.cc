@@ -33,7 +33,18 @@ std::vector<TrainResult> train_ranks(int n, const Config& cfg, const std::string
 struct Scheme {
   bool hybrid;
   int n;
+  bool replicated = false;  // parallel.hybrid_fc: replicated
 };
+
+Config scheme_config(const Scheme& s) {
+  return cnn_config(s.hybrid, {std::string("parallel.hybrid_fc=") +
+                               (s.replicated ? "replicated" : "tensor")});
+}
+
+std::string scheme_name(const Scheme& s) {
+  return std::string(s.hybrid ? (s.replicated ? "hybrid_replicated" : "hybrid") : "dp") + "_n" +
+         std::to_string(s.n);
+}
 
 class CnnEquivalence : public ::testing::TestWithParam<Scheme> {};
 
@@ -50,7 +61,7 @@ TEST_P(CnnEquivalence, EndsWhereTheSerialModelEnds) {
                                          {one.params.begin(), one.params.begin() + conv_end}),
             1e-2)
       << "the convolutions trained";
-  const auto ranks = train_ranks(s.n, cnn_config(s.hybrid));
+  const auto ranks = train_ranks(s.n, scheme_config(s));
   for (int r = 0; r < s.n; ++r) {
     const TrainResult& got = ranks[static_cast<size_t>(r)];
     ASSERT_EQ(got.params.size(), serial.params.size());
@@ -67,11 +78,8 @@ TEST_P(CnnEquivalence, EndsWhereTheSerialModelEnds) {
 
 INSTANTIATE_TEST_SUITE_P(Schemes, CnnEquivalence,
                          ::testing::Values(Scheme{false, 2}, Scheme{false, 4}, Scheme{true, 2},
-                                           Scheme{true, 4}),
-                         [](const auto& info) {
-                           return std::string(info.param.hybrid ? "hybrid" : "dp") + "_n" +
-                                  std::to_string(info.param.n);
-                         });
+                                           Scheme{true, 4}, Scheme{true, 4, true}),
+                         [](const auto& info) { return scheme_name(info.param); });
 
 TEST(CnnEquivalence, HybridWithTwoMicrobatchesAndMpiSync) {
   const TrainResult serial = train_ranks(1, cnn_config(false))[0];
@@ -86,8 +94,7 @@ class CnnAxes : public ::testing::TestWithParam<Scheme> {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
-           ("psar_cnn_" + std::to_string(::getpid()) + "_" + std::to_string(GetParam().n) +
-            (GetParam().hybrid ? "h" : "d"));
+           ("psar_cnn_" + std::to_string(::getpid()) + "_" + scheme_name(GetParam()));
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::vector<std::map<std::string, std::string>> csv(const std::string& file) const {
@@ -101,13 +108,21 @@ class CnnAxes : public ::testing::TestWithParam<Scheme> {
 
 TEST_P(CnnAxes, MeasuredFloatsEqualTheForms) {
   const Scheme s = GetParam();
-  train_ranks(s.n, cnn_config(s.hybrid), dir_.string());
+  train_ranks(s.n, scheme_config(s), dir_.string());
   const auto rows = csv("axes.csv");
   ASSERT_EQ(rows.size(), static_cast<size_t>(10 * s.n));
   using namespace testing;
   const int64_t B = kCnnBatch, F = kCnnFeatures;
   for (const auto& r : rows) {
-    if (s.hybrid) {
+    if (s.replicated) {
+      // DP: the conv parameters; the features gathered; no FC collectives.
+      EXPECT_EQ(num(r, "dp_floats"), kCnnConvParams);
+      EXPECT_EQ(num(r, "dp_floats_formula"), kCnnConvParams);
+      EXPECT_EQ(num(r, "tp_gather_floats"), B * F);
+      EXPECT_EQ(num(r, "tp_gather_floats_formula"), B * F);
+      EXPECT_EQ(num(r, "tp_floats"), 0);
+      EXPECT_EQ(num(r, "tp_floats_formula"), 0);
+    } else if (s.hybrid) {
       // DP: the conv parameters; the features gathered, B·F, and their
       // gradient back in f's all-reduce (B·F), plus g's B·classes.
       EXPECT_EQ(num(r, "dp_floats"), kCnnConvParams);
@@ -134,11 +149,9 @@ TEST_P(CnnAxes, MeasuredFloatsEqualTheForms) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, CnnAxes,
-                         ::testing::Values(Scheme{false, 2}, Scheme{true, 2}, Scheme{true, 4}),
-                         [](const auto& info) {
-                           return std::string(info.param.hybrid ? "hybrid" : "dp") + "_n" +
-                                  std::to_string(info.param.n);
-                         });
+                         ::testing::Values(Scheme{false, 2}, Scheme{true, 2}, Scheme{true, 4},
+                                           Scheme{true, 4, true}),
+                         [](const auto& info) { return scheme_name(info.param); });
 
 // ---- bad input -----------------------------------------------------------------
 
@@ -183,6 +196,12 @@ TEST(CnnConfig, HybridNeedsAnAllreduceBackendAndNoTensorParallelism) {
             std::string::npos);
   EXPECT_NE(testing::train_config_error(2, cnn_config(true, {"sync.overlap=true"}))
                 .find("sync.overlap"),
+            std::string::npos);
+  EXPECT_NE(testing::train_config_error(2, cnn_config(true, {"sync.backend=ps"}))
+                .find("sync.backend ps"),
+            std::string::npos);
+  EXPECT_NE(testing::train_config_error(2, cnn_config(false, {"parallel.hybrid_fc=replicated"}))
+                .find("parallel.hybrid: true"),
             std::string::npos);
 }
 

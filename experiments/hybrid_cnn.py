@@ -13,7 +13,8 @@ time on the shared machine). Writes into results/hybrid_cnn/:
   accuracy: the accuracy curve to the target, serial and hybrid at n = 4
     (train.epochs of the YAML, evaluated every train.eval_every steps):
       accuracy.csv   run,step,epoch,train_s,test_loss,test_accuracy
-  compare: plain DP vs hybrid at n = 2, 4, 8, with the network off and
+  compare: plain DP vs hybrid vs hybrid with the FC replicated
+    (parallel.hybrid_fc) at n = 2, 4, 8, with the network off and
     emulated at 10 and 1 Gbit/s (net.bandwidth; net.latency 20us), a few
     steps each (the first two dropped as warm-up):
       compare.csv    scheme,n,net,step_s,compute_s,sync_s,dp_floats,
@@ -28,7 +29,8 @@ time on the shared machine). Writes into results/hybrid_cnn/:
 
 The alpha-beta prediction (per rank, NIC bandwidth B, latency a; ring
 algorithms; 4-byte floats): plain DP all-reduces all P parameters:
-2(n-1)(a + 4P/(nB)). Hybrid: the conv parameters P_c the same way, the
+2(n-1)(a + 4P/(nB)). FC replicated: the conv all-reduce and the
+all-gather below. Hybrid: the conv parameters P_c the same way, the
 features of the batch b*F all-gathered ((n-1)(a + 4bF/(nB))), their
 gradient all-reduced by f (2(n-1)(a + 4bF/(nB))) and the logits by g
 (2(n-1)(a + 4bC/(nB))). Predicted step = the measured step time with the
@@ -49,6 +51,8 @@ YAML = os.path.join(ROOT, "experiments", "cnn_fmnist.yaml")
 NETS = [("off", None), ("10gbit", "10Gbit"), ("1gbit", "1Gbit")]
 LATENCY_S = 20e-6
 RANKS = [2, 4, 8]
+# Plain data parallelism, hybrid (FC tensor-parallel), hybrid with the FC replicated.
+SCHEMES = ["dp", "hybrid", "fc_replicated"]
 
 
 def train(psar, n, run_dir, sets):
@@ -89,10 +93,11 @@ def compare(args):
     before = runner.machine_state()
     for n in RANKS:
         for net, bw in NETS:
-            for scheme in ["dp", "hybrid"]:
+            for scheme in SCHEMES:
                 run_dir = os.path.join(OUT, "runs", f"{scheme}_n{n}_{net}")
                 sets = [f"train.steps={args.steps}", "train.epochs=null", "train.eval_every=0",
-                        "data.test_limit=64", f"parallel.hybrid={'true' if scheme == 'hybrid' else 'false'}"]
+                        "data.test_limit=64", f"parallel.hybrid={'false' if scheme == 'dp' else 'true'}",
+                        f"parallel.hybrid_fc={'replicated' if scheme == 'fc_replicated' else 'tensor'}"]
                 if bw:
                     sets += [f"net.bandwidth={bw}", f"net.latency={int(LATENCY_S * 1e6)}us"]
                 out = train(args.psar, n, run_dir, sets)
@@ -147,6 +152,8 @@ def predicted_comm_s(row, bandwidth, classes=10):
     if row["scheme"] == "dp":
         return ring_allreduce(int(row["dp_floats"]))
     bF = int(row["gather_floats"])
+    if row["scheme"] == "fc_replicated":
+        return ring_allreduce(int(row["dp_floats"])) + (n - 1) * (a + 4 * bF / (n * B))
     b = bF and (int(row["tp_floats"]) - bF) // classes
     return (ring_allreduce(int(row["dp_floats"])) + (n - 1) * (a + 4 * bF / (n * B)) +
             ring_allreduce(bF) + ring_allreduce(b * classes))
@@ -210,7 +217,7 @@ def report(args):
                             "dp MB", "tp MB", "step ms", "predicted ms"], rows)]
         fig, axs = plt.subplots(1, 3, figsize=(13, 4), sharey=False)
         for ax, (net, _) in zip(axs, NETS):
-            for scheme, color in [("dp", "C0"), ("hybrid", "C1")]:
+            for scheme, color in zip(SCHEMES, ["C0", "C1", "C2"]):
                 rs = [r for r in cmp if r["net"] == net and r["scheme"] == scheme]
                 ns = [int(r["n"]) for r in rs]
                 ax.plot(ns, [1e3 * float(r["step_s"]) for r in rs], marker="o", color=color,

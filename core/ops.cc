@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "core/device.h"
 #include "core/errors.h"
@@ -246,6 +247,132 @@ void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t 
 void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64_t seed,
                       uint64_t stream, uint64_t first) {
   dropout_forward(dinp, dout, n, p, seed, stream, first);  // same mask, same scale
+}
+
+// ---- convolution and pooling (CPU only: the CUDA build refuses model.type cnn) ----
+
+namespace {
+void host_only(const char* op) {
+  if (current_device() != Device::kCpu)
+    throw ConfigError(std::string(op) + " is not supported on cuda (train.device: cpu)");
+}
+
+// cols [C_in·K·K, H_out·W_out] of one image [C_in, H, W]; padding reads 0.
+void im2col(float* cols, const float* img, const Conv2dShape& s) {
+  const int64_t Ho = s.H_out(), Wo = s.W_out();
+  for (int64_t c = 0; c < s.C_in; ++c)
+    for (int64_t ki = 0; ki < s.K; ++ki)
+      for (int64_t kj = 0; kj < s.K; ++kj) {
+        float* row = cols + ((c * s.K + ki) * s.K + kj) * Ho * Wo;
+        for (int64_t i = 0; i < Ho; ++i) {
+          const int64_t y = i * s.stride - s.pad + ki;
+          for (int64_t j = 0; j < Wo; ++j) {
+            const int64_t x = j * s.stride - s.pad + kj;
+            row[i * Wo + j] = (y >= 0 && y < s.H && x >= 0 && x < s.W)
+                                  ? img[(c * s.H + y) * s.W + x]
+                                  : 0.0f;
+          }
+        }
+      }
+}
+
+// The adjoint of im2col: img [C_in, H, W] = Σ of the columns' entries at
+// each pixel (overwritten).
+void col2im(float* img, const float* cols, const Conv2dShape& s) {
+  const int64_t Ho = s.H_out(), Wo = s.W_out();
+  std::fill_n(img, s.C_in * s.H * s.W, 0.0f);
+  for (int64_t c = 0; c < s.C_in; ++c)
+    for (int64_t ki = 0; ki < s.K; ++ki)
+      for (int64_t kj = 0; kj < s.K; ++kj) {
+        const float* row = cols + ((c * s.K + ki) * s.K + kj) * Ho * Wo;
+        for (int64_t i = 0; i < Ho; ++i) {
+          const int64_t y = i * s.stride - s.pad + ki;
+          if (y < 0 || y >= s.H) continue;
+          for (int64_t j = 0; j < Wo; ++j) {
+            const int64_t x = j * s.stride - s.pad + kj;
+            if (x >= 0 && x < s.W) img[(c * s.H + y) * s.W + x] += row[i * Wo + j];
+          }
+        }
+      }
+}
+}  // namespace
+
+void conv2d_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t N, const Conv2dShape& s, float* cols) {
+  host_only("conv2d_forward");
+  const int64_t P = s.col_cols(), R = s.col_rows();
+  for (int64_t n = 0; n < N; ++n) {
+    float* o = out + n * s.C_out * P;
+    im2col(cols, inp + n * s.C_in * s.H * s.W, s);
+    if (bias)
+      for (int64_t c = 0; c < s.C_out; ++c) std::fill_n(o + c * P, P, bias[c]);
+    gemm(false, false, s.C_out, P, R, 1.0f, weight, R, cols, P, bias ? 1.0f : 0.0f, o, P);
+  }
+}
+
+void conv2d_backward_input(float* dinp, const float* dout, const float* weight, int64_t N,
+                           const Conv2dShape& s, float* cols) {
+  host_only("conv2d_backward_input");
+  const int64_t P = s.col_cols(), R = s.col_rows();
+  for (int64_t n = 0; n < N; ++n) {
+    // dcols [R, P] = weightᵀ [R, C_out] · dout_n [C_out, P]
+    gemm(true, false, R, P, s.C_out, 1.0f, weight, R, dout + n * s.C_out * P, P, 0.0f, cols, P);
+    col2im(dinp + n * s.C_in * s.H * s.W, cols, s);
+  }
+}
+
+void conv2d_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                            int64_t N, const Conv2dShape& s, float* cols) {
+  host_only("conv2d_backward_weight");
+  const int64_t P = s.col_cols(), R = s.col_rows();
+  for (int64_t n = 0; n < N; ++n) {
+    const float* d = dout + n * s.C_out * P;
+    im2col(cols, inp + n * s.C_in * s.H * s.W, s);
+    // dweight [C_out, R] += dout_n [C_out, P] · colsᵀ [P, R]
+    gemm(false, true, s.C_out, R, P, 1.0f, d, P, cols, P, 1.0f, dweight, R);
+    if (dbias)
+      for (int64_t c = 0; c < s.C_out; ++c) {
+        float sum = 0.0f;
+        for (int64_t k = 0; k < P; ++k) sum += d[c * P + k];
+        dbias[c] += sum;
+      }
+  }
+}
+
+namespace {
+// The index in [H, W] of the first maximum of window (i, j).
+int64_t window_argmax(const float* img, int64_t W, int64_t P, int64_t i, int64_t j) {
+  int64_t best = i * P * W + j * P;
+  for (int64_t a = 0; a < P; ++a)
+    for (int64_t b = 0; b < P; ++b) {
+      const int64_t k = (i * P + a) * W + j * P + b;
+      if (img[k] > img[best]) best = k;
+    }
+  return best;
+}
+}  // namespace
+
+void maxpool2d_forward(float* out, const float* inp, int64_t NC, int64_t H, int64_t W, int64_t P) {
+  host_only("maxpool2d_forward");
+  const int64_t Ho = H / P, Wo = W / P;
+  for (int64_t c = 0; c < NC; ++c) {
+    const float* img = inp + c * H * W;
+    for (int64_t i = 0; i < Ho; ++i)
+      for (int64_t j = 0; j < Wo; ++j) out[(c * Ho + i) * Wo + j] = img[window_argmax(img, W, P, i, j)];
+  }
+}
+
+void maxpool2d_backward(float* dinp, const float* dout, const float* inp, int64_t NC, int64_t H,
+                        int64_t W, int64_t P) {
+  host_only("maxpool2d_backward");
+  const int64_t Ho = H / P, Wo = W / P;
+  std::fill_n(dinp, NC * H * W, 0.0f);
+  for (int64_t c = 0; c < NC; ++c) {
+    const float* img = inp + c * H * W;
+    for (int64_t i = 0; i < Ho; ++i)
+      for (int64_t j = 0; j < Wo; ++j)
+        dinp[c * H * W + window_argmax(img, W, P, i, j)] += dout[(c * Ho + i) * Wo + j];
+  }
 }
 
 void copy(float* dst, const float* src, int64_t n) {

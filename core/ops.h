@@ -25,6 +25,44 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc);
 
+// ---- 2-D convolution, NCHW, through im2col and the GEMM ---------------------------
+// One image's patches laid out as the columns of a [C_in·K·K, H_out·W_out]
+// matrix (im2col), so the convolution of image n is one GEMM:
+// out_n [C_out, H_out·W_out] = weight [C_out, C_in·K·K] · cols_n (+ bias per
+// output channel). Zero padding of `pad` on every side; square K×K kernels.
+struct Conv2dShape {
+  int64_t C_in = 1, H = 1, W = 1;  // the input image
+  int64_t C_out = 1, K = 1;        // output channels, kernel size
+  int64_t stride = 1, pad = 0;
+  int64_t H_out() const { return (H + 2 * pad - K) / stride + 1; }
+  int64_t W_out() const { return (W + 2 * pad - K) / stride + 1; }
+  int64_t col_rows() const { return C_in * K * K; }
+  int64_t col_cols() const { return H_out() * W_out(); }
+  int64_t weight_numel() const { return C_out * col_rows(); }
+  // Multiply-adds of one image's forward: C_out · C_in·K·K · H_out·W_out.
+  int64_t macs() const { return C_out * col_rows() * col_cols(); }
+};
+// inp: [N, C_in, H, W]  weight: [C_out, C_in·K·K]  bias: [C_out] or nullptr
+// out: [N, C_out, H_out, W_out]  cols: scratch of col_rows()·col_cols() floats.
+void conv2d_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t N, const Conv2dShape& s, float* cols);
+// dinp [N, C_in, H, W] = the input gradient (overwritten): per image
+// weightᵀ · dout_n, scattered back by col2im.
+void conv2d_backward_input(float* dinp, const float* dout, const float* weight, int64_t N,
+                           const Conv2dShape& s, float* cols);
+// dweight += Σ_n dout_n · cols_nᵀ; dbias += Σ_n Σ_pixels dout_n (if non-null).
+void conv2d_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                            int64_t N, const Conv2dShape& s, float* cols);
+
+// ---- 2-D max pooling: P×P windows at stride P (rows and columns past the last
+// whole window are dropped, as PyTorch's floor mode) --------------------------------
+// inp: [NC, H, W] (NC = images · channels)  out: [NC, H/P, W/P]
+void maxpool2d_forward(float* out, const float* inp, int64_t NC, int64_t H, int64_t W, int64_t P);
+// dinp [NC, H, W] (overwritten): each window's gradient goes to its maximum
+// (the first one of a tie), found again from inp.
+void maxpool2d_backward(float* dinp, const float* dout, const float* inp, int64_t NC, int64_t H,
+                        int64_t W, int64_t P);
+
 // ---- elementwise activations (n elements) -------------------------------------
 void relu_forward(float* out, const float* inp, int64_t n);
 void relu_backward(float* dinp, const float* dout, const float* inp, int64_t n);

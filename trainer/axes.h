@@ -11,7 +11,11 @@
 //       scatter/gather (whose all-gathers over the TP group count here too,
 //       in pp_gather_bytes_sent, not under tp)
 //   dp  the gradient sync of this rank's parameters over its data-parallel
-//       group: the stage's (TP-sharded) parameter count per batch
+//       group: the stage's (TP-sharded) parameter count per batch; in the
+//       hybrid CNN (parallel.hybrid) the conv parameters, all-reduced over
+//       the tensor-parallel group, which also splits the batch
+//   tp  all-gathers: the hybrid CNN's features, b·F floats per micro-batch
+//       (the gradient going back is the f all-reduce of the same b·F)
 //
 // Floats are what the algorithm is handed (an all-reduce of n floats counts
 // n); bytes are what this rank's communicator sent, which depends on the
@@ -36,6 +40,7 @@ struct AxisRow {
   double pp_s = 0;  // blocked on receives, posting and completing sends, all-gathers
   int64_t dp_floats = 0, dp_floats_formula = 0, dp_bytes_sent = 0;
   double dp_s = 0;
+  int64_t tp_gather_floats_formula = 0;  // the all-gathers' floats: tp.all_gather_floats
 };
 
 // The rows of axes.csv and, when t > 1, tp.csv (the tensor-parallel columns

@@ -25,7 +25,13 @@ Schema build() {
 
   // model
   s.add({"model.type", T::kString, "mlp", "workload", {}, &model_names});
-  s.add({"model.hidden", T::kIntList, "[256, 128]", "mlp: hidden layer widths"});
+  s.add({"model.hidden", T::kIntList, "[256, 128]", "mlp: hidden layer widths; cnn: hidden widths of the fully connected layers"});
+  s.add({"model.image", T::kIntList, "[1, 28, 28]", "cnn: [channels, height, width] of a sample (their product is the data's features)"});
+  s.add({"model.conv", T::kIntList, "[32, 64]", "cnn: output channels of each conv stage (conv, ReLU, max-pool)"});
+  s.add({"model.kernel", T::kInt, "3", "cnn: conv kernel size K (K x K)"});
+  s.add({"model.stride", T::kInt, "1", "cnn: conv stride"});
+  s.add({"model.padding", T::kInt, "1", "cnn: conv zero padding on every side"});
+  s.add({"model.pool", T::kInt, "2", "cnn: max-pool window and stride after each conv stage (1 = none)"});
   s.add({"model.activation", T::kString, "relu", "mlp: activation", {"relu", "gelu"}});
   s.add({"model.layers", T::kInt, "2", "gpt / synthetic_stages: transformer blocks or layers"});
   s.add({"model.d_model", T::kInt, "64", "gpt: hidden size"});
@@ -102,6 +108,8 @@ Schema build() {
   s.add({"parallel.order", T::kString, "tp-dp-pp", "rank order of the (p, t, d) grid, fastest-varying axis first (Megatron's tp-dp-pp keeps TP groups adjacent)", {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "pp-tp-dp"}});
   s.add({"parallel.scatter_gather", T::kBool, "false", "between pipeline stages each TP rank sends 1/t of the activation and the receiving stage all-gathers it (Megatron's scatter/gather)"});
   s.add({"parallel.tp_allreduce", T::kString, "ring", "allreduce algorithm of tensor-parallel all-reduces", {}, &all_allreducers});
+  s.add({"parallel.hybrid", T::kBool, "false", "cnn: Krizhevsky's hybrid: the n workers run the convolutions data-parallel on their slices of the batch and the fully connected layers tensor-parallel on the all-gathered features (parallel.tp = 1, parallel.pp = 1)"});
+  s.add({"parallel.hybrid_fc", T::kString, "tensor", "parallel.hybrid: the fully connected layers tensor-parallel (column, row, ...) or replicated on every rank", {"tensor", "replicated"}});
   s.add({"parallel.tp_split", T::kString, "column_row", "parallel MLP split", {"column_row", "row_column"}});
 
   // ps

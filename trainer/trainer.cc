@@ -10,6 +10,7 @@
 #include "comm/netem.h"
 #include "core/device.h"
 #include "core/errors.h"
+#include "core/ops.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "modelpar/grid.h"
@@ -19,6 +20,7 @@
 #include "modelpar/tp/group.h"
 #include "modelpar/tp/shard.h"
 #include "trainer/agreement.h"
+#include "trainer/allreduce_sync.h"
 #include "trainer/axes.h"
 #include "trainer/checkpoint.h"
 #include "trainer/gradient_sync.h"
@@ -40,6 +42,7 @@ struct Parallel {
   int t = 1, p = 1, v = 1, m = 1;
   std::string order, schedule;
   bool scatter_gather = false;
+  bool hybrid = false;  // the hybrid CNN: the workers are one TP group that also splits the batch
 
   explicit Parallel(const Config& c)
       : t(static_cast<int>(c.get_int("parallel.tp"))),
@@ -48,7 +51,8 @@ struct Parallel {
         m(static_cast<int>(c.get_int("parallel.microbatches"))),
         order(c.get_string("parallel.order")),
         schedule(c.get_string("parallel.schedule")),
-        scatter_gather(c.get_bool("parallel.scatter_gather")) {}
+        scatter_gather(c.get_bool("parallel.scatter_gather")),
+        hybrid(c.get_bool("parallel.hybrid")) {}
 };
 
 // The rows of one micro-batch: B/(d·m), or a ConfigError naming the keys.
@@ -309,15 +313,37 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     throw ConfigError(concat("sync.backend ", sync_name, " takes ", backend.server_ranks,
                              " of the ", world.size(), " ranks as dedicated servers, which "
                              "leaves no worker"));
-  const GridShape shape = make_grid_shape(trainers, par.t, par.p, par.order);
+  // The hybrid CNN (workloads/cnn.h): the n workers are one tensor-parallel
+  // group (d = 1: each gets the whole batch, the model takes its slice for
+  // the convolutions), and the conv gradients are all-reduced over that
+  // group with the --sync algorithm (hybrid_dp below).
+  std::unique_ptr<Allreducer> hybrid_dp;
+  if (par.hybrid) {
+    if (par.t != 1 || par.p != 1)
+      throw ConfigError(concat("parallel.hybrid splits the convolutions by the batch and the fully "
+                               "connected layers by their columns over all the workers: set "
+                               "parallel.tp = 1 and parallel.pp = 1 (got ", par.t, " and ", par.p,
+                               ")"));
+    const auto algos = allreducer_names(/*include_device=*/true);
+    if (std::find(algos.begin(), algos.end(), sync_name) == algos.end())
+      throw ConfigError("parallel.hybrid all-reduces the conv gradients over the workers with "
+                        "an allreduce algorithm; sync.backend " + sync_name +
+                        " is not one (choose ring, tree, mpi, ...)");
+    if (config.get_bool("sync.overlap"))
+      throw ConfigError("sync.overlap: parallel.hybrid syncs the conv gradients after the "
+                        "backward only; set sync.overlap: false");
+    hybrid_dp = make_allreducer(sync_name, allreduce_options(config));
+  }
+  const int grid_t = par.hybrid ? trainers : par.t;
+  const GridShape shape = make_grid_shape(trainers, grid_t, par.p, par.order);
   layout.microbatch_rows = microbatch_rows(plan.batch_size, shape.dp, par.m);
   std::unique_ptr<ProcessGrid> grid;
-  if (par.t * par.p > 1) {
+  if (grid_t * par.p > 1) {
     grid = std::make_unique<ProcessGrid>(world, shape);
     layout.stage = grid->coord().pp;
   }
   std::unique_ptr<Allreducer> tp_allreduce;
-  if (par.t > 1) {
+  if (grid_t > 1) {
     // Host algorithms keep their default segments; nccl takes sync.nccl_*.
     AllreduceOptions tp_options;
     tp_options.nccl_algo = config.get_string("sync.nccl_algo");
@@ -328,7 +354,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     if (device != Device::kCpu && !find_allreducer(name).device)
       tp_allreduce = stage_through_host(std::move(tp_allreduce));
   }
-  TpGroup tp(grid && par.t > 1 ? &grid->tp() : nullptr, tp_allreduce.get());
+  TpGroup tp(grid && grid_t > 1 ? &grid->tp() : nullptr, tp_allreduce.get());
 
   // ---- this rank's part of the model ----------------------------------------
   std::unique_ptr<Model> model = make_model(config, *data.train, {&tp, layout});
@@ -344,7 +370,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   model->bind(store);
   const std::vector<TiedParam> tied = model->tied_params();
   std::vector<float> tied_scratch;
-  check_parameter_counts(world, grid ? grid->coord().pp * par.t + grid->coord().tp : 0,
+  check_parameter_counts(world, grid ? grid->coord().pp * grid_t + grid->coord().tp : 0,
                          static_cast<int64_t>(store.size()));
 
   // ---- checkpoints: the one to continue from, the plan -----------------------
@@ -452,12 +478,21 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   progress.end = run_end;
   progress.lead = workers.rank() == 0;
   StepLog log(workers, pipeline, grid->shape(), grid->coord(),
-              {options.out_dir, par.t > 1, first_step, options.resume_from});
-  int64_t tp_formula = 0;
-  for (int c = 0; c < layout.chunks; ++c) tp_formula += par.m * model->tp_allreduce_floats(c);
+              {options.out_dir, grid_t > 1, first_step, options.resume_from});
+  int64_t tp_formula = 0, gather_formula = 0;
+  for (int c = 0; c < layout.chunks; ++c) {
+    tp_formula += par.m * model->tp_allreduce_floats(c);
+    gather_formula += par.m * model->tp_all_gather_floats(c);
+  }
+  const int64_t hybrid_floats = model->hybrid_data_parallel_floats();
+  if (workers.rank() == 0 && options.verbose) {
+    const std::string summary = model->summary();
+    if (!summary.empty()) std::printf("%s\n", summary.c_str());
+  }
   const int64_t pp_formula =
       pp_floats_formula(*model, layout, par.scatter_gather ? grid->tp().size() : 1);
-  const int64_t dp_formula = dp_floats_formula(*model, store, grid->tp().size());
+  const int64_t dp_formula =
+      par.hybrid ? hybrid_floats : dp_floats_formula(*model, store, grid->tp().size());
   // One origin for every rank's track: the host clock is shared, a barrier's
   // exit is not simultaneous.
   if (tracer.enabled()) tracer.set_origin(workers.allreduce_max(now_seconds()));
@@ -530,9 +565,18 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     // data-parallel sync — all of it, or what the overlap left: waiting for
     // the buckets, then the tied parameters' ranges and the optimizer.
     double exposed_s = 0, sync_s = 0;
+    int64_t hybrid_bytes = 0;
     {
       ScopedTimer t(exposed_s);
       Tracer::Scope span(tracer, "sync", "sync");
+      if (hybrid_dp) {
+        // The conv gradients: each rank's is its slice's, averaged over the group.
+        const int64_t before = grid->tp().counters().bytes_sent;
+        const std::span<float> conv = store.grads().subspan(0, static_cast<size_t>(hybrid_floats));
+        hybrid_dp->allreduce(grid->tp(), conv);
+        ops::scale(conv.data(), 1.0f / static_cast<float>(grid->tp().size()), hybrid_floats);
+        hybrid_bytes = grid->tp().counters().bytes_sent - before;
+      }
       if (!overlap) {
         reduce_tied_gradients(store, tied, layout, pipeline, tied_scratch);
         sync.step(store.params(), store.grads());
@@ -571,9 +615,10 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     axis.pp_floats_formula = pp_formula;
     axis.pp_gather_bytes_sent = run.gather_bytes_sent;
     axis.pp_s = run.recv_wait_s + run.send_s + run.gather_s;
-    axis.dp_floats = static_cast<int64_t>(store.size());
+    axis.dp_floats = hybrid_dp ? hybrid_floats : static_cast<int64_t>(store.size());
     axis.dp_floats_formula = dp_formula;
-    axis.dp_bytes_sent = sync1.bytes_sent - sync0.bytes_sent;
+    axis.dp_bytes_sent = sync1.bytes_sent - sync0.bytes_sent + hybrid_bytes;
+    axis.tp_gather_floats_formula = gather_formula;
     axis.dp_s = sync_s;
     log.add(
         {step + 1, static_cast<double>(step + 1) / plan.steps_per_epoch, loss, step_s,

@@ -27,7 +27,7 @@
 // (Megatron's embedding group), so the copies take the same step, and leaves
 // the copy out of the gathered model.
 //
-// Models: `mlp` (mlp.cc), `gpt` (gpt.cc) and `synthetic_stages`
+// Models: `mlp` (mlp.cc), `gpt` (gpt.cc), `cnn` (cnn.cc) and `synthetic_stages`
 // (synthetic_stages.cc), one line each in registry.cc.
 
 #include <cstdint>
@@ -128,6 +128,17 @@ class Model : public pp::StageModel {
   // on `chunk` runs, from the layer shapes (the GPT: 4·b·T·d per block with
   // the column_row split); 0 for models without tensor parallelism.
   virtual int64_t tp_allreduce_floats(int chunk) const { return 0; }
+  // Tensor-parallel all-gather floats (the gathered size) of one
+  // micro-batch on `chunk`: the hybrid CNN's features; 0 for the others.
+  virtual int64_t tp_all_gather_floats(int chunk) const { return 0; }
+  // Hybrid parallelism (parallel.hybrid, the CNN): the arena's first n
+  // floats are parameters every rank of the tensor-parallel group holds
+  // whole but trains on its own slice of the batch, so their gradients are
+  // averaged over the group (the data-parallel axis); 0 for the others.
+  virtual int64_t hybrid_data_parallel_floats() const { return 0; }
+  // A line the trainer prints at the start (the CNN: its parameter and
+  // FLOP shares per layer kind); "" for none.
+  virtual std::string summary() const { return ""; }
 };
 
 struct ModelEntry {

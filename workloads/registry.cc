@@ -1,6 +1,7 @@
 // The registry of models, StageLayout's helpers, and the serial case.
 
 #include "core/errors.h"
+#include "workloads/cnn.h"
 #include "workloads/gpt.h"
 #include "workloads/mlp.h"
 #include "workloads/model.h"
@@ -14,6 +15,7 @@ namespace {
 constexpr ModelEntry kModels[] = {
     {"mlp", &mlp_layers, &make_mlp},
     {"gpt", &gpt_layers, &make_gpt},
+    {"cnn", &cnn_layers, &make_cnn},
     {"synthetic_stages", &synthetic_layers, &make_synthetic_stages},
 };
 

@@ -200,21 +200,7 @@ class RunFiles3d : public ::testing::Test {
 
   // A CSV of the run as rows of named fields.
   std::vector<std::map<std::string, std::string>> csv(const std::string& file) const {
-    std::ifstream in(dir_ / file);
-    std::string line;
-    std::getline(in, line);
-    std::vector<std::string> names;
-    std::stringstream hs(line);
-    for (std::string x; std::getline(hs, x, ',');) names.push_back(x);
-    std::vector<std::map<std::string, std::string>> rows;
-    while (std::getline(in, line)) {
-      std::stringstream ls(line);
-      rows.emplace_back();
-      size_t k = 0;
-      for (std::string x; std::getline(ls, x, ',') && k < names.size(); ++k)
-        rows.back()[names[k]] = x;
-    }
-    return rows;
+    return testing::read_csv_rows(dir_ / file);
   }
   static int64_t num(const std::map<std::string, std::string>& row, const std::string& key) {
     return std::stoll(row.at(key));

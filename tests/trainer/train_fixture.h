@@ -2,7 +2,11 @@
 // Small training configurations shared by the trainer tests.
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -57,6 +61,26 @@ inline std::string train_config_error(int ranks, const Config& cfg) {
     }
   }, {20.0});
   return message;
+}
+
+// A run's CSV file as rows of named fields.
+inline std::vector<std::map<std::string, std::string>> read_csv_rows(
+    const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> names;
+  std::stringstream hs(line);
+  for (std::string x; std::getline(hs, x, ',');) names.push_back(x);
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(in, line)) {
+    std::stringstream ls(line);
+    rows.emplace_back();
+    size_t k = 0;
+    for (std::string x; std::getline(ls, x, ',') && k < names.size(); ++k)
+      rows.back()[names[k]] = x;
+  }
+  return rows;
 }
 
 // ‖a − b‖₂ / ‖a‖₂

@@ -1,0 +1,273 @@
+#!/usr/bin/python3
+"""The hybrid CNN (docs/cnn.md): plain data parallelism against Krizhevsky's
+scheme (conv data-parallel, FC tensor-parallel) on the CNN of
+experiments/cnn_fmnist.yaml.
+
+    experiments/hybrid_cnn.py accuracy   [--psar PATH] [--steps-scale F]
+    experiments/hybrid_cnn.py compare    [--psar PATH] [--steps N]
+    experiments/hybrid_cnn.py report
+
+Every run goes through `flock /tmp/psar-measure.lock` (one benchmark at a
+time on the shared machine). Writes into results/hybrid_cnn/:
+
+  accuracy: the accuracy curve to the target, serial and hybrid at n = 4
+    (train.epochs of the YAML, evaluated every train.eval_every steps):
+      accuracy.csv   run,step,epoch,train_s,test_loss,test_accuracy
+  compare: plain DP vs hybrid vs hybrid with the FC replicated
+    (parallel.hybrid_fc) at n = 2, 4, 8, with the network off and
+    emulated at 10 and 1 Gbit/s (net.bandwidth; net.latency 20us), a few
+    steps each (the first two dropped as warm-up):
+      compare.csv    scheme,n,net,step_s,compute_s,sync_s,dp_floats,
+                     tp_floats,gather_floats,dp_bytes,tp_bytes (per step,
+                     the mean over ranks and steps; step_s the slowest rank)
+      split.csv      parameters and forward FLOPs per layer kind (the line
+                     psar prints at the start of a CNN run)
+  machine_<part>.md: the commit, the load average before and after and the
+    steal time of that part's runs
+  report: figures and tables.md from the CSVs above (no runs):
+      accuracy.png, bytes.png, step_time.png, tables.md
+
+The alpha-beta prediction (per rank, NIC bandwidth B, latency a; ring
+algorithms; 4-byte floats): plain DP all-reduces all P parameters:
+2(n-1)(a + 4P/(nB)). FC replicated: the conv all-reduce and the
+all-gather below. Hybrid: the conv parameters P_c the same way, the
+features of the batch b*F all-gathered ((n-1)(a + 4bF/(nB))), their
+gradient all-reduced by f (2(n-1)(a + 4bF/(nB))) and the logits by g
+(2(n-1)(a + 4bC/(nB))). Predicted step = the measured step time with the
+network off + the predicted communication time on the emulated network.
+"""
+
+import argparse
+import os
+import re
+import statistics
+import sys
+
+from psar_exp import ROOT, runner
+from psar_exp.io import md_table, read_csv, write_csv, write_text
+
+OUT = os.path.join(ROOT, "results", "hybrid_cnn")
+YAML = os.path.join(ROOT, "experiments", "cnn_fmnist.yaml")
+NETS = [("off", None), ("10gbit", "10Gbit"), ("1gbit", "1Gbit")]
+LATENCY_S = 20e-6
+RANKS = [2, 4, 8]
+# Plain data parallelism, hybrid (FC tensor-parallel), hybrid with the FC replicated.
+SCHEMES = ["dp", "hybrid", "fc_replicated"]
+
+
+def train(psar, n, run_dir, sets):
+    cmd = ["flock", "/tmp/psar-measure.lock"] + runner.mpirun_prefix(n) + [
+        psar, "train", YAML, "--out", run_dir]
+    for s in sets:
+        cmd += ["--set", s]
+    return runner.run(cmd)
+
+
+def accuracy(args):
+    rows = []
+    before = runner.machine_state()
+    for name, n, sets in [("serial", 1, []), ("hybrid_n4", 4, ["parallel.hybrid=true"])]:
+        run_dir = os.path.join(OUT, "runs", name)
+        train(args.psar, n, run_dir, sets)
+        steps = read_csv(os.path.join(run_dir, "steps.csv"))
+        # Training time to step k: the slowest rank's step times summed.
+        slowest = {}
+        for r in steps:
+            k = int(r["step"])
+            slowest[k] = max(slowest.get(k, 0.0), float(r["step_s"]))
+        for e in read_csv(os.path.join(run_dir, "eval.csv")):
+            k = int(e["step"])
+            rows.append({"run": name, "step": k, "epoch": e["epoch"],
+                         "train_s": f"{sum(v for s, v in slowest.items() if s <= k):.3f}",
+                         "test_loss": e["test_loss"], "test_accuracy": e["test_accuracy"]})
+    write_csv(os.path.join(OUT, "accuracy.csv"), rows)
+    write_text(os.path.join(OUT, "machine_accuracy.md"), runner.machine_note(before) + "\n")
+
+
+def mean(xs):
+    return statistics.fmean(xs) if xs else 0.0
+
+
+def compare(args):
+    rows, split = [], None
+    before = runner.machine_state()
+    for n in RANKS:
+        for net, bw in NETS:
+            for scheme in SCHEMES:
+                run_dir = os.path.join(OUT, "runs", f"{scheme}_n{n}_{net}")
+                sets = [f"train.steps={args.steps}", "train.epochs=null", "train.eval_every=0",
+                        "data.test_limit=64", f"parallel.hybrid={'false' if scheme == 'dp' else 'true'}",
+                        f"parallel.hybrid_fc={'replicated' if scheme == 'fc_replicated' else 'tensor'}"]
+                if bw:
+                    sets += [f"net.bandwidth={bw}", f"net.latency={int(LATENCY_S * 1e6)}us"]
+                out = train(args.psar, n, run_dir, sets)
+                m = re.search(r"^cnn: .*$", out, re.M)
+                if m and split is None:
+                    split = m.group(0)
+                steps = [r for r in read_csv(os.path.join(run_dir, "steps.csv"))
+                         if int(r["step"]) > 2]
+                axes = [r for r in read_csv(os.path.join(run_dir, "axes.csv"))
+                        if int(r["step"]) > 2]
+                per_step = {}
+                for r in steps:
+                    per_step.setdefault(int(r["step"]), []).append(float(r["step_s"]))
+                rows.append({
+                    "scheme": scheme, "n": n, "net": net,
+                    "step_s": f"{mean([max(v) for v in per_step.values()]):.6f}",
+                    "compute_s": f"{mean([float(r['compute_s']) for r in steps]):.6f}",
+                    "sync_s": f"{mean([float(r['sync_s']) for r in steps]):.6f}",
+                    "dp_floats": axes[0]["dp_floats"],
+                    "tp_floats": axes[0]["tp_floats"],
+                    "gather_floats": axes[0]["tp_gather_floats"],
+                    "dp_bytes": f"{mean([float(r['dp_bytes_sent']) for r in axes]):.0f}",
+                    "tp_bytes": f"{mean([float(r['tp_bytes_sent']) for r in axes]):.0f}",
+                })
+                write_csv(os.path.join(OUT, "compare.csv"), rows)
+    write_csv(os.path.join(OUT, "split.csv"), parse_split(split))
+    write_text(os.path.join(OUT, "machine_compare.md"), runner.machine_note(before) + "\n")
+
+
+def parse_split(line):
+    """split.csv rows from psar's start line: parameters and forward FLOP
+    shares of conv and fc."""
+    if not line:
+        sys.exit("hybrid_cnn.py: psar printed no 'cnn:' line (run without --quiet)")
+    m = re.match(r"cnn: (\d+) parameters, ([\d.]+)% in conv and ([\d.]+)% in fc; ([\d.e+]+) "
+                 r"forward MFLOP per sample, ([\d.]+)% in conv and ([\d.]+)% in fc; (\d+) features",
+                 line)
+    if not m:
+        sys.exit(f"hybrid_cnn.py: cannot read the line {line!r}")
+    p, pc, pf, fl, fc, ff, feat = m.groups()
+    return [{"kind": "conv", "params_share": pc, "flops_share": fc},
+            {"kind": "fc", "params_share": pf, "flops_share": ff},
+            {"kind": "total", "params_share": p, "flops_share": fl}] + [
+            {"kind": "features", "params_share": feat, "flops_share": ""}]
+
+
+def predicted_comm_s(row, bandwidth, classes=10):
+    """Alpha-beta communication seconds per step of one compare.csv row."""
+    n, B, a = int(row["n"]), bandwidth, LATENCY_S
+    def ring_allreduce(floats):
+        return 2 * (n - 1) * (a + 4 * floats / (n * B)) if floats else 0.0
+    if row["scheme"] == "dp":
+        return ring_allreduce(int(row["dp_floats"]))
+    bF = int(row["gather_floats"])
+    if row["scheme"] == "fc_replicated":
+        return ring_allreduce(int(row["dp_floats"])) + (n - 1) * (a + 4 * bF / (n * B))
+    b = bF and (int(row["tp_floats"]) - bF) // classes
+    return (ring_allreduce(int(row["dp_floats"])) + (n - 1) * (a + 4 * bF / (n * B)) +
+            ring_allreduce(bF) + ring_allreduce(b * classes))
+
+
+def report(args):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parts = ["# Hybrid CNN: tables\n",
+             "Written by `experiments/hybrid_cnn.py report` from the CSVs of this folder.\n"]
+    acc_path = os.path.join(OUT, "accuracy.csv")
+    if os.path.exists(acc_path):
+        acc = read_csv(acc_path)
+        fig, ax = plt.subplots(figsize=(6, 4))
+        rows = []
+        for run in sorted({r["run"] for r in acc}):
+            rs = [r for r in acc if r["run"] == run]
+            ax.plot([float(r["epoch"]) for r in rs], [float(r["test_accuracy"]) for r in rs],
+                    marker="o", label=run)
+            first90 = next((r for r in rs if float(r["test_accuracy"]) >= 0.90), None)
+            best = max(float(r["test_accuracy"]) for r in rs)
+            rows.append([run, f"{float(rs[-1]['test_accuracy']):.4f}", f"{best:.4f}",
+                         "yes" if best >= 0.91 else "no",
+                         f"{float(first90['train_s']):.0f} s (step {first90['step']})"
+                         if first90 else "not reached",
+                         f"{float(rs[-1]['train_s']):.0f} s"])
+        ax.axhline(0.91, color="gray", ls="--", lw=0.8, label="91 % target")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("test accuracy")
+        ax.set_ylim(0.8, 0.95)
+        ax.legend()
+        ax.set_title("Fashion-MNIST CNN: serial vs hybrid on 4 ranks")
+        fig.tight_layout()
+        fig.savefig(os.path.join(OUT, "accuracy.png"), dpi=120)
+        parts += ["\n## Accuracy (accuracy.csv, accuracy.png)\n\n",
+                  md_table(["run", "final test acc.", "best", ">= 91 %", "train time to 90 %",
+                            "train time"], rows)]
+    cmp_path = os.path.join(OUT, "compare.csv")
+    if os.path.exists(cmp_path):
+        cmp = read_csv(cmp_path)
+        off = {(r["scheme"], r["n"]): float(r["step_s"]) for r in cmp if r["net"] == "off"}
+        bws = {"10gbit": 10e9 / 8, "1gbit": 1e9 / 8}
+        rows = []
+        for r in cmp:
+            pred = ""
+            if r["net"] in bws and (r["scheme"], r["n"]) in off:
+                pred = f"{1e3 * (off[(r['scheme'], r['n'])] + predicted_comm_s(r, bws[r['net']])):.1f}"
+            rows.append([r["scheme"], r["n"], r["net"], r["dp_floats"], r["gather_floats"],
+                         r["tp_floats"], f"{float(r['dp_bytes']) / 1e6:.3f}",
+                         f"{float(r['tp_bytes']) / 1e6:.3f}", f"{1e3 * float(r['step_s']):.1f}",
+                         pred])
+        parts += ["\n## Plain DP vs hybrid (compare.csv)\n\n"
+                  "Per step and rank. Floats: what each axis hands its collectives (dp: the "
+                  "gradient all-reduce; gather: the features all-gathered; tp: f's and g's "
+                  "all-reduces). MB: bytes this rank sent. Predicted: the step time with the "
+                  "network off plus the alpha-beta communication time (see the script's "
+                  "docstring).\n\n",
+                  md_table(["scheme", "n", "net", "dp floats", "gather floats", "tp floats",
+                            "dp MB", "tp MB", "step ms", "predicted ms"], rows)]
+        fig, axs = plt.subplots(1, 3, figsize=(13, 4), sharey=False)
+        for ax, (net, _) in zip(axs, NETS):
+            for scheme, color in zip(SCHEMES, ["C0", "C1", "C2"]):
+                rs = [r for r in cmp if r["net"] == net and r["scheme"] == scheme]
+                ns = [int(r["n"]) for r in rs]
+                ax.plot(ns, [1e3 * float(r["step_s"]) for r in rs], marker="o", color=color,
+                        label=f"{scheme} measured")
+                if net in bws:
+                    ax.plot(ns, [1e3 * (off[(scheme, r["n"])] + predicted_comm_s(r, bws[net]))
+                                 for r in rs], ls="--", color=color, label=f"{scheme} alpha-beta")
+            ax.set_title(f"network {net}")
+            ax.set_xlabel("ranks n")
+            ax.set_ylabel("step time (ms)")
+            ax.set_xticks(RANKS)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(OUT, "step_time.png"), dpi=120)
+        fig, ax = plt.subplots(figsize=(6, 4))
+        labels, dp, tp = [], [], []
+        for r in cmp:
+            if r["net"] != "off":
+                continue
+            labels.append(f"{r['scheme']}\nn={r['n']}")
+            dp.append(float(r["dp_bytes"]) / 1e6)
+            tp.append(float(r["tp_bytes"]) / 1e6)
+        ax.bar(labels, dp, label="dp (gradient all-reduce)")
+        ax.bar(labels, tp, bottom=dp, label="tp (features all-gather, f, g)")
+        ax.set_ylabel("MB sent per step and rank")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(OUT, "bytes.png"), dpi=120)
+    split_path = os.path.join(OUT, "split.csv")
+    if os.path.exists(split_path):
+        sp = read_csv(split_path)
+        parts += ["\n## Parameters and FLOPs per layer kind (split.csv)\n\n",
+                  md_table(["kind", "parameters (share %, or total)",
+                            "forward FLOPs (share %, or MFLOP per sample)"],
+                           [[r["kind"], r["params_share"], r["flops_share"]] for r in sp])]
+    write_text(os.path.join(OUT, "tables.md"), "".join(p if p.endswith("\n") else p + "\n"
+                                                       for p in parts))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("part", choices=["accuracy", "compare", "report"])
+    ap.add_argument("--psar", default=None)
+    ap.add_argument("--steps", type=int, default=12)
+    args = ap.parse_args()
+    if args.part != "report":
+        args.psar = runner.psar_binary(args.psar)
+    os.makedirs(OUT, exist_ok=True)
+    {"accuracy": accuracy, "compare": compare, "report": report}[args.part](args)
+
+
+if __name__ == "__main__":
+    runner.main_guard("hybrid_cnn.py", main)

@@ -46,7 +46,6 @@ import sys
 from psar_exp import ROOT, runner
 from psar_exp.io import md_table, read_csv, write_csv, write_text
 
-OUT = os.path.join(ROOT, "results", "hybrid_cnn")
 YAML = os.path.join(ROOT, "experiments", "cnn_fmnist.yaml")
 NETS = [("off", None), ("10gbit", "10Gbit"), ("1gbit", "1Gbit")]
 LATENCY_S = 20e-6
@@ -57,13 +56,14 @@ SCHEMES = ["dp", "hybrid", "fc_replicated"]
 
 def train(psar, n, run_dir, sets):
     cmd = ["flock", "/tmp/psar-measure.lock"] + runner.mpirun_prefix(n) + [
-        psar, "train", YAML, "--out", run_dir]
+        psar, "train", YAML, "--out", run_dir, "--overwrite"]
     for s in sets:
         cmd += ["--set", s]
     return runner.run(cmd)
 
 
 def accuracy(args):
+    OUT = args.out
     rows = []
     before = runner.machine_state()
     for name, n, sets in [("serial", 1, []), ("hybrid_n4", 4, ["parallel.hybrid=true"])]:
@@ -89,6 +89,7 @@ def mean(xs):
 
 
 def compare(args):
+    OUT = args.out
     rows, split = [], None
     before = runner.machine_state()
     for n in RANKS:
@@ -159,22 +160,25 @@ def predicted_comm_s(row, bandwidth, classes=10):
             ring_allreduce(bF) + ring_allreduce(b * classes))
 
 
-def report(args):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def regenerate(folder, results=None):
+    """tables.md from the committed CSVs (psar_exp check); no figure drawn."""
+    return {"tables.md": tables(folder, draw=False)}
 
+
+def report(args):
+    write_text(os.path.join(args.out, "tables.md"), tables(args.out, draw=True))
+
+
+def tables(OUT, draw):
+    """tables.md's text from the CSVs in folder OUT; with `draw`, the PNGs too."""
     parts = ["# Hybrid CNN: tables\n",
              "Written by `experiments/hybrid_cnn.py report` from the CSVs of this folder.\n"]
     acc_path = os.path.join(OUT, "accuracy.csv")
-    if os.path.exists(acc_path):
-        acc = read_csv(acc_path)
-        fig, ax = plt.subplots(figsize=(6, 4))
+    acc = read_csv(acc_path) if os.path.exists(acc_path) else None
+    if acc:
         rows = []
         for run in sorted({r["run"] for r in acc}):
             rs = [r for r in acc if r["run"] == run]
-            ax.plot([float(r["epoch"]) for r in rs], [float(r["test_accuracy"]) for r in rs],
-                    marker="o", label=run)
             first90 = next((r for r in rs if float(r["test_accuracy"]) >= 0.90), None)
             best = max(float(r["test_accuracy"]) for r in rs)
             rows.append([run, f"{float(rs[-1]['test_accuracy']):.4f}", f"{best:.4f}",
@@ -182,22 +186,14 @@ def report(args):
                          f"{float(first90['train_s']):.0f} s (step {first90['step']})"
                          if first90 else "not reached",
                          f"{float(rs[-1]['train_s']):.0f} s"])
-        ax.axhline(0.91, color="gray", ls="--", lw=0.8, label="91 % target")
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("test accuracy")
-        ax.set_ylim(0.8, 0.95)
-        ax.legend()
-        ax.set_title("Fashion-MNIST CNN: serial vs hybrid on 4 ranks")
-        fig.tight_layout()
-        fig.savefig(os.path.join(OUT, "accuracy.png"), dpi=120)
         parts += ["\n## Accuracy (accuracy.csv, accuracy.png)\n\n",
                   md_table(["run", "final test acc.", "best", ">= 91 %", "train time to 90 %",
                             "train time"], rows)]
     cmp_path = os.path.join(OUT, "compare.csv")
-    if os.path.exists(cmp_path):
-        cmp = read_csv(cmp_path)
+    cmp = read_csv(cmp_path) if os.path.exists(cmp_path) else None
+    bws = {"10gbit": 10e9 / 8, "1gbit": 1e9 / 8}
+    if cmp:
         off = {(r["scheme"], r["n"]): float(r["step_s"]) for r in cmp if r["net"] == "off"}
-        bws = {"10gbit": 10e9 / 8, "1gbit": 1e9 / 8}
         rows = []
         for r in cmp:
             pred = ""
@@ -215,37 +211,6 @@ def report(args):
                   "docstring).\n\n",
                   md_table(["scheme", "n", "net", "dp floats", "gather floats", "tp floats",
                             "dp MB", "tp MB", "step ms", "predicted ms"], rows)]
-        fig, axs = plt.subplots(1, 3, figsize=(13, 4), sharey=False)
-        for ax, (net, _) in zip(axs, NETS):
-            for scheme, color in zip(SCHEMES, ["C0", "C1", "C2"]):
-                rs = [r for r in cmp if r["net"] == net and r["scheme"] == scheme]
-                ns = [int(r["n"]) for r in rs]
-                ax.plot(ns, [1e3 * float(r["step_s"]) for r in rs], marker="o", color=color,
-                        label=f"{scheme} measured")
-                if net in bws:
-                    ax.plot(ns, [1e3 * (off[(scheme, r["n"])] + predicted_comm_s(r, bws[net]))
-                                 for r in rs], ls="--", color=color, label=f"{scheme} alpha-beta")
-            ax.set_title(f"network {net}")
-            ax.set_xlabel("ranks n")
-            ax.set_ylabel("step time (ms)")
-            ax.set_xticks(RANKS)
-            ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(OUT, "step_time.png"), dpi=120)
-        fig, ax = plt.subplots(figsize=(6, 4))
-        labels, dp, tp = [], [], []
-        for r in cmp:
-            if r["net"] != "off":
-                continue
-            labels.append(f"{r['scheme']}\nn={r['n']}")
-            dp.append(float(r["dp_bytes"]) / 1e6)
-            tp.append(float(r["tp_bytes"]) / 1e6)
-        ax.bar(labels, dp, label="dp (gradient all-reduce)")
-        ax.bar(labels, tp, bottom=dp, label="tp (features all-gather, f, g)")
-        ax.set_ylabel("MB sent per step and rank")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(OUT, "bytes.png"), dpi=120)
     split_path = os.path.join(OUT, "split.csv")
     if os.path.exists(split_path):
         sp = read_csv(split_path)
@@ -253,8 +218,64 @@ def report(args):
                   md_table(["kind", "parameters (share %, or total)",
                             "forward FLOPs (share %, or MFLOP per sample)"],
                            [[r["kind"], r["params_share"], r["flops_share"]] for r in sp])]
-    write_text(os.path.join(OUT, "tables.md"), "".join(p if p.endswith("\n") else p + "\n"
-                                                       for p in parts))
+    if draw:
+        draw_figures(OUT, acc, cmp, bws)
+    return "".join(p if p.endswith("\n") else p + "\n" for p in parts)
+
+
+def draw_figures(OUT, acc, cmp, bws):
+    """accuracy.png, step_time.png and bytes.png from the CSVs' rows."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    if acc:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for run in sorted({r["run"] for r in acc}):
+            rs = [r for r in acc if r["run"] == run]
+            ax.plot([float(r["epoch"]) for r in rs], [float(r["test_accuracy"]) for r in rs],
+                    marker="o", label=run)
+        ax.axhline(0.91, color="gray", ls="--", lw=0.8, label="91 % target")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("test accuracy")
+        ax.set_ylim(0.8, 0.95)
+        ax.legend()
+        ax.set_title("Fashion-MNIST CNN: serial vs hybrid on 4 ranks")
+        fig.tight_layout()
+        fig.savefig(os.path.join(OUT, "accuracy.png"), dpi=120)
+    if not cmp:
+        return
+    off = {(r["scheme"], r["n"]): float(r["step_s"]) for r in cmp if r["net"] == "off"}
+    fig, axs = plt.subplots(1, 3, figsize=(13, 4), sharey=False)
+    for ax, (net, _) in zip(axs, NETS):
+        for scheme, color in zip(SCHEMES, ["C0", "C1", "C2"]):
+            rs = [r for r in cmp if r["net"] == net and r["scheme"] == scheme]
+            ns = [int(r["n"]) for r in rs]
+            ax.plot(ns, [1e3 * float(r["step_s"]) for r in rs], marker="o", color=color,
+                    label=f"{scheme} measured")
+            if net in bws:
+                ax.plot(ns, [1e3 * (off[(scheme, r["n"])] + predicted_comm_s(r, bws[net]))
+                             for r in rs], ls="--", color=color, label=f"{scheme} alpha-beta")
+        ax.set_title(f"network {net}")
+        ax.set_xlabel("ranks n")
+        ax.set_ylabel("step time (ms)")
+        ax.set_xticks(RANKS)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(OUT, "step_time.png"), dpi=120)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    labels, dp, tp = [], [], []
+    for r in cmp:
+        if r["net"] != "off":
+            continue
+        labels.append(f"{r['scheme']}\nn={r['n']}")
+        dp.append(float(r["dp_bytes"]) / 1e6)
+        tp.append(float(r["tp_bytes"]) / 1e6)
+    ax.bar(labels, dp, label="dp (gradient all-reduce)")
+    ax.bar(labels, tp, bottom=dp, label="tp (features all-gather, f, g)")
+    ax.set_ylabel("MB sent per step and rank")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(OUT, "bytes.png"), dpi=120)
 
 
 def main():
@@ -262,11 +283,18 @@ def main():
     ap.add_argument("part", choices=["accuracy", "compare", "report"])
     ap.add_argument("--psar", default=None)
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--out", help="default: runs/hybrid_cnn, or results/hybrid_cnn with --reference")
+    runner.add_output_flags(ap)
     args = ap.parse_args()
-    if args.part != "report":
-        args.psar = runner.psar_binary(args.psar)
-    os.makedirs(OUT, exist_ok=True)
-    {"accuracy": accuracy, "compare": compare, "report": report}[args.part](args)
+    args.out = args.out or os.path.join(runner.output_root(args), "hybrid_cnn")
+    os.makedirs(args.out, exist_ok=True)
+    if args.part == "report":
+        report(args)
+        return
+    args.psar = runner.psar_binary(args.psar)
+    state = runner.begin(args.out, args.exploratory, args.psar, reference=args.reference)
+    {"accuracy": accuracy, "compare": compare}[args.part](args)
+    runner.record_provenance(args.out, state)
 
 
 if __name__ == "__main__":

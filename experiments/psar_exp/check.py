@@ -131,6 +131,7 @@ FOLDERS = {
     "tp_comm": sweep("tp_comm"),
     "tp_step": sweep("tp_step"),
     "ps_curve": script("ps_curve"),
+    "hybrid_cnn": script("hybrid_cnn"),
 }
 
 PROVENANCE = re.compile(re.escape(runner.PROVENANCE_BEGIN) + r"\n(.*?)" +

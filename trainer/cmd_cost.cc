@@ -209,10 +209,12 @@ int cmd_cost(CliContext& ctx) {
     for (int p : o.ranks)
       for (int64_t n : o.sizes) {
         const CostTerms t = e->cost(p, n, options);
-        const bool counted = e->sent_bytes != nullptr;
+        // Bytes read off the algorithm's program (none for a library's).
+        const bool counted = e->program != nullptr;
+        const int64_t count = n / element_size(options.dtype);
         rows.push_back({e->name, p, n, t, t.time(o.alpha, o.beta, o.gamma), counted,
-                        counted ? e->sent_bytes_total(p, n / 4) : 0,
-                        counted ? e->sent_bytes_busiest(p, n / 4) : 0});
+                        counted ? e->sent_bytes_total(p, count, options) : 0,
+                        counted ? e->sent_bytes_busiest(p, count, options) : 0});
       }
   }
   if (o.json) print_json(o, rows);

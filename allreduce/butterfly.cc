@@ -27,6 +27,7 @@ namespace psar {
 // vector, fold out.
 Program butterfly_program(const ProgramShape& shape) {
   Program p("butterfly allreduce", shape.ranks, shape.count);
+  p.segmented = false;  // one rendezvous per exchange (docs/algorithms.md, "Segments")
   p.eager_up_to = kEagerPiecesUpTo;
   const Fold fold(shape.ranks);
   int round = fold_in(fold, shape.count, p);

@@ -36,7 +36,8 @@ void Engine::plan(const Program& program, int rank, const EngineOptions& options
     if (moves && bytes > program.eager_up_to) all_eager = false;
     const int64_t piece_bytes =
         program.eager_up_to > 0 && bytes <= program.eager_up_to ? kEagerPieceBytes
-                                                                : options.segment_bytes;
+        : program.segmented                                      ? options.segment_bytes
+                                                                 : std::max<int64_t>(bytes, 1);
     const Partition pieces{s.count, moves ? static_cast<int>(std::max<int64_t>(
                                                 1, (bytes + piece_bytes - 1) / piece_bytes))
                                           : 1};
@@ -81,7 +82,21 @@ void Engine::plan(const Program& program, int rank, const EngineOptions& options
   int64_t staged = 0;
   if (options.dtype != ElementType::kFp32)
     for (Piece& s : sends_) s.staging = std::exchange(staged, staged + s.count);
-  window_ = all_eager ? std::max(kWindow, static_cast<int>(applies_.size())) : kWindow;
+  // kWindow pieces per peer this rank receives from in one round (a tree's
+  // two children each get their own).
+  int peers = 1;
+  {
+    std::vector<std::pair<int, int>> seen;  // (round, peer)
+    for (const Piece& a : applies_)
+      if (a.peer >= 0) seen.emplace_back(a.round, a.peer);
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    for (size_t i = 0, j = 0; i < seen.size(); i = j) {
+      for (j = i; j < seen.size() && seen[j].first == seen[i].first; ++j) {}
+      peers = std::max(peers, static_cast<int>(j - i));
+    }
+  }
+  window_ = all_eager ? std::max(kWindow, static_cast<int>(applies_.size())) : kWindow * peers;
   slot_bytes_ = largest_recv * esize;
   slots_.assign(static_cast<size_t>(window_ * slot_bytes_), std::byte{0});
   staging_.assign(static_cast<size_t>(staged * esize), std::byte{0});

@@ -6,7 +6,8 @@
 // Plan (once per program and rank): every send and receive step is cut into
 // pieces — eager pieces of kEagerPieceBytes for a step of up to the
 // program's eager_up_to bytes (allreduce/eager.h), otherwise segments of at
-// most segment_bytes (sizes by Partition, so both ends cut a message alike).
+// most segment_bytes (sizes by Partition, so both ends cut a message alike),
+// or whole where the program says it is not segmented.
 // Each piece gets its dependencies from the slices it touches: a send waits
 // for the rank's earlier-round steps that write what it reads; a step that
 // writes a slice waits until this rank's sends of the same or earlier rounds
@@ -14,8 +15,8 @@
 // receive that lands in place also waits for the earlier steps touching its
 // slice.
 //
-// Run: receives are posted up to kWindow pieces ahead of the one being
-// applied (every piece at once for an all-eager program, so no eager piece
+// Run: receives are posted up to kWindow pieces per peer of a round ahead of
+// the one being applied (every piece at once for an all-eager program, so no eager piece
 // arrives unexpected); sends are posted in program order as soon as their
 // dependencies are met; receives and local steps apply in program order. So
 // a ring segment is forwarded as soon as it is reduced while the next is in

@@ -25,6 +25,7 @@ namespace psar {
 // sends the half it kept, copied by the partner), fold out.
 Program halving_doubling_program(const ProgramShape& shape) {
   Program p("halving-doubling allreduce", shape.ranks, shape.count);
+  p.segmented = false;  // one rendezvous per exchange (docs/algorithms.md, "Segments")
   const Fold fold(shape.ranks);
   const int first = fold_in(fold, shape.count, p), levels = fold.levels;
   for (int r = 0; r < fold.p2; ++r) {

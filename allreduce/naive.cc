@@ -22,6 +22,7 @@ Program naive_program(const ProgramShape& shape) {
   const int N = shape.ranks;
   const int64_t n = shape.count;
   Program p("naive allreduce", N, n);
+  p.segmented = false;  // one rendezvous per exchange (docs/algorithms.md, "Segments")
   if (N == 1 || n == 0) return p;
   p.workspace = N * n;
   auto slot = [&](int i) { return n + i * n; };

@@ -49,6 +49,7 @@ int Program::append(const Program& part, const std::function<int(int)>& rank_of,
     }
   }
   eager_up_to = std::max(eager_up_to, part.eager_up_to);
+  segmented = segmented && part.segmented;
   return part.rounds();
 }
 

@@ -68,6 +68,10 @@ struct Program {
   // Steps of up to this many bytes travel as eager pieces
   // (allreduce/eager.h); 0: whole or in segments only.
   int64_t eager_up_to = 0;
+  // Larger steps travel in segments of the segment size (true), or whole
+  // (false: a pairwise exchange, where the hand-written executors measured
+  // one rendezvous of the whole vector cheaper than many of its segments).
+  bool segmented = true;
   std::vector<std::vector<Step>> steps;  // [rank], in order (rounds ascending after finish())
 
   Program() = default;

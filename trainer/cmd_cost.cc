@@ -8,8 +8,9 @@
 // 4): the coefficients of α, β and γ in the algorithm's α-β-γ form
 // (docs/algorithms.md), the predicted time alpha_coef·α + beta_coef·β +
 // gamma_coef·γ, and the exact payload bytes sent in all and by the busiest
-// rank, as the Comm counters count them (`psar bench allreduce --volume-csv`
-// measures the same columns). Algorithms whose bytes bypass the Comm counters
+// rank, read off the algorithm's program with n/element-size elements of
+// sync.dtype (`--set sync.dtype=bf16`), as the Comm counters count them
+// (`psar bench allreduce --volume-csv` measures the same columns). Algorithms whose bytes bypass the Comm counters
 // (mpi, nccl) leave the byte columns empty (null in JSON). α is a duration
 // (a number of seconds, or 5us, 2ms, ...); β and γ are seconds per byte.
 // Nothing runs: no MPI, no communication. This is where the experiment

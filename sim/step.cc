@@ -141,6 +141,7 @@ StepSpec step_from_config(const Config& c, const ClusterSpec& cluster) {
   s.flash_attention = c.get_bool("simulate.flash_attention");
   s.dtype_bytes = static_cast<int>(c.get_int("simulate.dtype_bytes"));
   s.grad_bytes = static_cast<int>(c.get_int("simulate.grad_bytes"));
+  s.sync_dtype = parse_element_type(c.get_string("sync.dtype"));
   s.symmetric = c.get_bool("simulate.symmetric");
   if (s.dtype_bytes < 1 || s.grad_bytes < 1)
     throw ConfigError("simulate.dtype_bytes and simulate.grad_bytes must be at least 1");
@@ -299,19 +300,22 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
   // program reads; the others ignore it).
   std::map<std::pair<int64_t, std::vector<int>>, Program> lists;
   const int64_t ps_chunk = std::max<int64_t>(1, s.ps_chunk_bytes / s.grad_bytes);
+  AllreduceOptions dp_options = ar_options;  // the gradients on the wire in sync.dtype
+  dp_options.dtype = s.sync_dtype;
+  const double wire_bytes = s.sync == "ps" ? s.grad_bytes : element_size(s.sync_dtype);
   auto sync_list = [&](int64_t count, const std::vector<int>& gpus) -> const Program* {
     std::vector<int> node;
     for (int g : gpus) node.push_back(g / cluster.gpus_per_node);
     auto [it, fresh] = lists.try_emplace({count, node});
     if (fresh)
       it->second = s.sync == "ps" ? ps_program(d, s.ps_servers, count, ps_chunk)
-                                  : allreduce_program(s.sync, d, count, ar_options, node);
+                                  : allreduce_program(s.sync, d, count, dp_options, node);
     return &it->second;
   };
   auto group = [&](int st, int j, int64_t count, double start) {
     std::vector<int> gpus;
     for (int i = 0; i < d; ++i) gpus.push_back(gpu(j, i, st));
-    GroupRun r{sync_list(count, gpus), gpus, start, static_cast<double>(s.grad_bytes)};
+    GroupRun r{sync_list(count, gpus), gpus, start, wire_bytes};
     for (int k = 0; k < (s.sync == "ps" ? s.ps_servers : 0); ++k)
       r.endpoint.push_back(dedicated_ps ? cluster.gpus() + k
                                         : r.endpoint[static_cast<size_t>(k % d)]);

@@ -61,7 +61,9 @@ struct StepSpec {
   bool recompute = false;
   bool flash_attention = false;  // the scores never reach GPU memory (block_memory_bytes)
   int dtype_bytes = 2;  // activations and TP all-reduces
-  int grad_bytes = 4;   // one gradient element in the data-parallel sync
+  int grad_bytes = 4;   // one gradient element in memory and on the PS's wire
+  // An allreduce sync's elements on the wire (sync.dtype, allreduce/element_type.h).
+  ElementType sync_dtype = ElementType::kFp32;
   bool symmetric = true;
 };
 

@@ -136,7 +136,7 @@ Schema build() {
   s.add({"simulate.recompute", T::kBool, "false", "simulate: full activation recomputation (one more forward per backward)"});
   s.add({"simulate.flash_attention", T::kBool, "false", "simulate: fused attention (FlashAttention): the scores' softmax and dropout move no GPU memory"});
   s.add({"simulate.dtype_bytes", T::kInt, "2", "simulate: bytes per activation element (bf16: 2)"});
-  s.add({"simulate.grad_bytes", T::kInt, "4", "simulate: bytes per gradient element in the data-parallel sync"});
+  s.add({"simulate.grad_bytes", T::kInt, "4", "simulate: bytes per gradient element in memory and on a parameter server's wire (an allreduce's wire: sync.dtype)"});
   s.add({"simulate.symmetric", T::kBool, "true", "simulate: one pipeline replica stands for all d (false: replay every replica)"});
   return s;
 }

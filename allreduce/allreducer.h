@@ -1,6 +1,10 @@
 #pragma once
 // Allreducer: in-place sum of a float vector over every rank of a Comm.
 // One algorithm per file, each chosen by name through the registry below.
+// psar's own algorithms are programs (allreduce/program.h): the file emits
+// the schedule, the engine (allreduce/engine.h) runs it, the simulator times
+// it and the byte counts are read off it. The library peers (mpi, nccl) are
+// Allreducers of their own.
 //
 // Contract for every algorithm:
 //  - After allreduce(), data holds the elementwise sum over all ranks, and
@@ -16,7 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "allreduce/steps.h"
+#include "allreduce/element_type.h"
+#include "allreduce/program.h"
 #include "comm/comm.h"
 
 namespace psar {
@@ -24,17 +29,22 @@ namespace psar {
 struct AllreduceOptions {
   // Pipelining granularity of the segmented algorithms (ring, tree), in bytes.
   int64_t segment_bytes = 512 * 1024;  // see docs/algorithms.md, "Segments"
+  // The element type on the wire (sync.dtype) and whether partial sums are
+  // rounded to it too (sync.accumulate: dtype) instead of kept in float32.
+  // See allreduce/element_type.h.
+  ElementType dtype = ElementType::kFp32;
+  bool accumulate_in_dtype = false;
   // nccl: NCCL_ALGO and NCCL_PROTO for its communicator ("auto": NCCL's own
   // choice, or the environment's). See docs/gpu.md.
   std::string nccl_algo = "auto";   // auto | ring | tree
   std::string nccl_proto = "auto";  // auto | LL | LL128 | Simple
 };
 
-// NCCL's bytes per rank for one allreduce of `count` floats over `ranks`
-// ranks: 2(N−1)/N·n for the ring, and the same on average for the double
-// binary tree (each of its two trees moves n/2 up and n/2 down each of its
-// N−1 edges); docs/gpu.md. Rounded down.
-int64_t nccl_bytes_per_rank(int ranks, int64_t count);
+// NCCL's bytes per rank for one allreduce of `count` elements of `element`
+// bytes over `ranks` ranks: 2(N−1)/N·n for the ring, and the same on average
+// for the double binary tree (each of its two trees moves n/2 up and n/2 down
+// each of its N−1 edges); docs/gpu.md. Rounded down.
+int64_t nccl_bytes_per_rank(int ranks, int64_t count, int element = 4);
 
 class Allreducer {
  public:
@@ -55,28 +65,30 @@ struct CostTerms {
 
 // One allreduce of `bytes` over `ranks` ranks (segments from options).
 using CostForm = CostTerms (*)(int ranks, int64_t bytes, const AllreduceOptions& options);
-// Payload bytes that rank `rank` of `ranks` sends in one allreduce of `count`
-// floats, exactly as the Comm counters count them (tests/allreduce/bytes_test.cc).
-using SentBytes = int64_t (*)(int rank, int ranks, int64_t count);
-// The algorithm's schedule for `ranks` ranks and `count` floats as a step list
-// (allreduce/steps.h): what the simulator times.
-using StepsFn = StepList (*)(int ranks, int64_t count, const AllreduceOptions& options);
 
 struct AllreducerEntry {
   const char* name;
-  std::unique_ptr<Allreducer> (*make)(const AllreduceOptions&);
   const char* summary;  // one line for --help and docs
-  bool device = false;  // runs on a GPU (nccl): needs CUDA at build and run time
+  // psar's algorithms: the program of one allreduce (what the engine runs,
+  // the simulator times and the byte counts come from).
+  ProgramFn program = nullptr;
+  // Library peers without a program of psar's (mpi, nccl).
+  std::unique_ptr<Allreducer> (*make)(const AllreduceOptions&) = nullptr;
+  bool device = false;     // runs on a GPU (nccl): needs CUDA at build and run time
   bool needs_mpi = false;  // calls the MPI library itself: runs only under mpirun
-  CostForm cost = nullptr;  // every algorithm has one (a test checks)
-  // nullptr when the bytes bypass psar's Comm (mpi, nccl): no counter sees them.
-  SentBytes sent_bytes = nullptr;
-  // nullptr when the schedule is not psar's (mpi, nccl): simulated as ring's.
-  StepsFn steps = nullptr;
+  bool needs_nodes = false;  // the program reads ProgramShape::node (hierarchical)
+  CostForm cost = nullptr;   // every algorithm has one (a test checks)
+  // A library peer: the algorithm whose program the simulator times in its
+  // place (nullptr: the simulator refuses it).
+  const char* timed_as = nullptr;
 
-  // Over every rank of one allreduce of `count` floats (needs sent_bytes).
-  int64_t sent_bytes_total(int ranks, int64_t count) const;
-  int64_t sent_bytes_busiest(int ranks, int64_t count) const;
+  // The program for `ranks` ranks and `count` elements (node: as
+  // ProgramShape::node); ConfigError for an algorithm without one.
+  Program program_for(int ranks, int64_t count, const AllreduceOptions& options,
+                      const std::vector<int>& node = {}) const;
+  // Payload bytes over every rank / of the busiest rank, read off the program.
+  int64_t sent_bytes_total(int ranks, int64_t count, const AllreduceOptions& options) const;
+  int64_t sent_bytes_busiest(int ranks, int64_t count, const AllreduceOptions& options) const;
 };
 
 // Every algorithm, in the order docs and benchmarks list them: the built-in
@@ -85,7 +97,8 @@ struct AllreducerEntry {
 std::span<const AllreducerEntry> allreducer_registry();
 // Throws ConfigError listing the known names if `name` is unknown.
 const AllreducerEntry& find_allreducer(const std::string& name);
-// Throws ConfigError listing the known names if `name` is unknown.
+// Throws ConfigError listing the known names if `name` is unknown. A
+// program's allreducer plans once per (ranks, count) and reuses its plan.
 std::unique_ptr<Allreducer> make_allreducer(const std::string& name,
                                             const AllreduceOptions& options = {});
 // Host algorithms by default (what runs on any machine, swept by tests and

@@ -1,41 +1,76 @@
 #pragma once
-// Ring reduce-scatter and ring all-gather as collectives of their own, for
-// tensor parallelism (Megatron's sequence-parallel g/ḡ operators) and for
-// sharded optimizers. Both are halves of the ring allreduce schedule
-// (allreduce/ring_pipeline.h) and share its segmenting and pipelining.
+// Collectives as programs (allreduce/program.h) run by the engine
+// (allreduce/engine.h): reduce-scatter and all-gather (tensor parallelism's
+// sequence-parallel g/ḡ operators, sharded optimizers), broadcast and reduce,
+// and every allreduce of the registry (allreduce/allreducer.h).
 //
-// Layout: the full vector of `count` floats is split by Partition{count, N};
-// rank r owns piece r (Partition::offset(r), Partition::size(r)). Every rank
-// must pass the same count; disagreement ends in a CommError/TimeoutError
-// naming the operation and the peer.
+// Layout of reduce-scatter and all-gather: the full vector of `count` floats
+// is split by Partition{count, N}; rank r owns piece r (Partition::offset(r),
+// Partition::size(r)). Every rank must pass the same count; disagreement ends
+// in a CommError/TimeoutError naming the operation and the peer.
 //
-// Cost (p ranks, n bytes in the full vector):
-//   reduce-scatter  (p-1) steps, each rank sends (p-1)/p·n   (p-1)α + (p-1)/p·n(β+γ)
-//   all-gather      (p-1) steps, each rank sends (p-1)/p·n   (p-1)α + (p-1)/p·nβ
-// A collective object plans once per (communicator shape, count) and reuses
-// its scratch across calls; one object per concurrent call site.
+// Cost (p ranks, n bytes in the full vector; docs/algorithms.md):
+//   reduce-scatter (ring)  (p-1)α + (p-1)/p·n(β+γ)
+//   all-gather (ring)      (p-1)α + (p-1)/p·nβ
+//   broadcast (tree)       (D+S-1)(α + 2(n/S)β),  D = ⌊log₂p⌋, S segments
+//   reduce (tree)          (D+S-1)(α + 2(n/S)(β+γ))
+// A collective object plans once per (communicator shape, count, root) and
+// reuses its plan and scratch across calls; one object per concurrent call site.
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "allreduce/element_type.h"
+#include "allreduce/engine.h"
 #include "allreduce/partition.h"
+#include "allreduce/program.h"
 #include "comm/comm.h"
 
 namespace psar {
 
-class RingPipeline;
-
 struct CollectiveOptions {
-  // Pipelining granularity in bytes (a chunk is sent in segments of at most this).
+  // Pipelining granularity in bytes (a step is sent in segments of at most this).
   int64_t segment_bytes = 512 * 1024;
+  ElementType dtype = ElementType::kFp32;  // on the wire (allreduce/element_type.h)
+  bool accumulate_in_dtype = false;
+};
+
+// The collectives other than allreduce, by kind; each names its program.
+enum class CollectiveKind { kReduceScatter, kAllGather, kBroadcast, kReduce };
+struct CollectiveEntry {
+  const char* name;
+  CollectiveKind kind;
+  ProgramFn program;
+  const char* summary;
+};
+std::span<const CollectiveEntry> collective_registry();
+
+// Runs one program function's programs: generates and plans the program for
+// each new (ranks, count, root, node map), runs it through the engine.
+class ProgramCollective {
+ public:
+  ProgramCollective(ProgramFn program, CollectiveOptions options, int tag);
+  // In place over data (the program's vector), errors naming the program.
+  void run(Comm& comm, std::span<float> data, int root = 0, const std::vector<int>& node = {});
+  const Program& program() const { return program_; }
+
+ private:
+  ProgramFn fn_;
+  CollectiveOptions options_;
+  int tag_;
+  bool planned_ = false;
+  int planned_rank_ = -1;
+  ProgramShape shape_;
+  Program program_;
+  Engine engine_;
 };
 
 class RingReduceScatter {
  public:
   explicit RingReduceScatter(CollectiveOptions options = {});
-  ~RingReduceScatter();
 
   // In place. data: [count], the same count on every rank. On return piece
   // `rank` of Partition{count, size} holds the sum over ranks of that piece;
@@ -46,15 +81,13 @@ class RingReduceScatter {
   void reduce_scatter(Comm& comm, std::span<const float> input, std::span<float> output);
 
  private:
-  CollectiveOptions options_;
-  std::unique_ptr<RingPipeline> ring_;
+  ProgramCollective run_;
   std::vector<float> work_;  // the out-of-place form's copy of input
 };
 
 class RingAllGather {
  public:
   explicit RingAllGather(CollectiveOptions options = {});
-  ~RingAllGather();
 
   // In place. data: [count]; piece `rank` holds this rank's contribution, on
   // return every piece r holds rank r's contribution.
@@ -63,8 +96,28 @@ class RingAllGather {
   void all_gather(Comm& comm, std::span<const float> input, std::span<float> output);
 
  private:
-  CollectiveOptions options_;
-  std::unique_ptr<RingPipeline> ring_;
+  ProgramCollective run_;
+};
+
+// data: [count] on every rank; on return every rank holds root's vector.
+class TreeBroadcast {
+ public:
+  explicit TreeBroadcast(CollectiveOptions options = {});
+  void broadcast(Comm& comm, std::span<float> data, int root);
+
+ private:
+  ProgramCollective run_;
+};
+
+// data: [count] on every rank; on return root holds the sum over ranks (the
+// others hold partial sums).
+class TreeReduce {
+ public:
+  explicit TreeReduce(CollectiveOptions options = {});
+  void reduce(Comm& comm, std::span<float> data, int root);
+
+ private:
+  ProgramCollective run_;
 };
 
 }  // namespace psar

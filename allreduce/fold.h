@@ -6,10 +6,9 @@
 // ranks 0..p2-1; each partner then sends the result back (fold_out). Cost:
 // two extra steps and 2·e·n bytes in all; the extra ranks idle meanwhile.
 
-#include <span>
+#include <cstdint>
 
-#include "allreduce/steps.h"
-#include "comm/comm.h"
+#include "allreduce/program.h"
 
 namespace psar {
 
@@ -24,16 +23,10 @@ struct Fold {
   int partner(int rank) const;
 };
 
-// Extra ranks send their vector; their partners receive it into `scratch`
-// (size = data.size()) and add it into `data`. Others do nothing.
-void fold_in(Comm& comm, const Fold& fold, std::span<float> data, std::span<float> scratch);
-// Partners send the result; extra ranks receive it into `data`.
-void fold_out(Comm& comm, const Fold& fold, std::span<float> data);
-
-// The same two exchanges as step-list rounds: fold_in_steps adds round 0 if
-// there are extra ranks and returns the first round after it; fold_out_steps
-// adds round `round` if there are.
-int fold_in_steps(const Fold& fold, int64_t count, StepList& list);
-void fold_out_steps(const Fold& fold, int64_t count, int round, StepList& list);
+// Round 0 (if there are extra ranks): each extra rank's vector, added by its
+// partner. Returns the first round after it.
+int fold_in(const Fold& fold, int64_t count, Program& program);
+// Round `round` (if there are extra ranks): the result back to each extra rank.
+void fold_out(const Fold& fold, int64_t count, int round, Program& program);
 
 }  // namespace psar

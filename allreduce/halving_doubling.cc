@@ -14,85 +14,38 @@
 // 2(p2-1)·n + 2(N-p2)·n = 2(N-1)·n, with two more steps and N-p2 idle ranks.
 // Any N ≥ 1, any count (ranges split by Partition, so pieces may be empty).
 
-#include <vector>
-
 #include "allreduce/algorithms.h"
 #include "allreduce/fold.h"
 #include "allreduce/partition.h"
-#include "allreduce/tags.h"
-#include "core/ops.h"
 
 namespace psar {
 
-namespace {
-
-struct Range {
-  int64_t begin = 0, end = 0;
-  int64_t size() const { return end - begin; }
-};
-
-class HalvingDoublingAllreducer final : public Allreducer {
- public:
-  std::string name() const override { return "halving_doubling"; }
-
-  void allreduce(Comm& comm, std::span<float> data) override {
-    const auto count = static_cast<int64_t>(data.size());
-    if (comm.size() == 1 || count == 0) return;
-    Comm::OpScope op(comm, "halving-doubling allreduce");
-    plan(comm, count);
-    const Fold fold(comm.size());
-    const int me = comm.rank();
-    fold_in(comm, fold, data, std::span<float>(scratch_));
-    if (!fold.is_extra(me)) {
-      constexpr int tag = allreduce_tags::kHalvingDoubling;
-      auto part = [&](Range r) {
-        return data.subspan(static_cast<size_t>(r.begin), static_cast<size_t>(r.size()));
-      };
-      for (const Round& round : rounds_) {  // halving: reduce-scatter
-        const auto landing = std::span<float>(scratch_).first(static_cast<size_t>(round.keep.size()));
-        comm.sendrecv(round.partner, std::span<const float>(part(round.give)), round.partner,
-                      landing, tag);
-        ops::add_inplace(part(round.keep).data(), landing.data(), round.keep.size());
-      }
-      for (auto it = rounds_.rbegin(); it != rounds_.rend(); ++it)  // doubling: all-gather
-        comm.sendrecv(it->partner, std::span<const float>(part(it->keep)), it->partner,
-                      part(it->give), tag);
+// Fold in, log₂p2 halving rounds (each rank gives away the half it does not
+// keep, added by the partner), log₂p2 doubling rounds in reverse (each rank
+// sends the half it kept, copied by the partner), fold out.
+Program halving_doubling_program(const ProgramShape& shape) {
+  Program p("halving-doubling allreduce", shape.ranks, shape.count);
+  p.segmented = false;  // one rendezvous per exchange (docs/algorithms.md, "Segments")
+  const Fold fold(shape.ranks);
+  const int first = fold_in(fold, shape.count, p), levels = fold.levels;
+  for (int r = 0; r < fold.p2; ++r) {
+    int64_t begin = 0, size = shape.count;  // the range held before the round
+    int i = 0;
+    for (int d = fold.p2 / 2; d >= 1; d /= 2, ++i) {
+      const int64_t lower = Partition{size, 2}.size(0);
+      const bool keep_lower = (r & d) == 0;
+      const int64_t keep = keep_lower ? begin : begin + lower, kept = keep_lower ? lower : size - lower;
+      const int64_t give = keep_lower ? begin + lower : begin, given = size - kept;
+      p.transfer(first + i, r, r ^ d, give, given, true);
+      p.transfer(first + 2 * levels - 1 - i, r, r ^ d, keep, kept, false);
+      begin = keep;
+      size = kept;
     }
-    fold_out(comm, fold, data);
   }
-
- private:
-  struct Round {
-    int partner;
-    Range keep, give;  // halves of the range held before this round
-  };
-
-  void plan(const Comm& comm, int64_t count) {
-    if (count == count_ && comm.rank() == rank_ && comm.size() == size_) return;
-    count_ = count;
-    rank_ = comm.rank();
-    size_ = comm.size();
-    const Fold fold(size_);
-    rounds_.clear();
-    Range held{0, count};
-    for (int d = fold.p2 / 2; d >= 1 && !fold.is_extra(rank_); d /= 2) {
-      const Range lower{held.begin, held.begin + Partition{held.size(), 2}.size(0)};
-      const Range upper{lower.end, held.end};
-      const bool keep_lower = (rank_ & d) == 0;
-      rounds_.push_back({rank_ ^ d, keep_lower ? lower : upper, keep_lower ? upper : lower});
-      held = rounds_.back().keep;
-    }
-    // Folding lands a whole vector; halving lands at most the first half.
-    scratch_.assign(static_cast<size_t>(count), 0.0f);
-  }
-
-  int64_t count_ = -1;
-  int rank_ = -1, size_ = 0;
-  std::vector<Round> rounds_;
-  std::vector<float> scratch_;
-};
-
-}  // namespace
+  fold_out(fold, shape.count, first + 2 * levels, p);
+  p.finish();
+  return p;
+}
 
 // 2L steps (L = log₂p2) moving (p2-1)/p2·n twice and reducing it once:
 // 2Lα + (p2-1)/p2·n(2β+γ); folding adds 2α + 2nβ + nγ.
@@ -102,53 +55,6 @@ CostTerms halving_doubling_cost(int ranks, int64_t bytes, const AllreduceOptions
   const double n = static_cast<double>(bytes), f = fold.extras > 0 ? 1 : 0;
   const double share = static_cast<double>(fold.p2 - 1) / fold.p2 * n;
   return {2.0 * rounds + 2 * f, 2 * share + 2 * f * n, share + f * n};
-}
-
-// A core rank sends, in each halving round, the half it gives away and, in
-// the matching doubling round, the half it kept: the whole range it held
-// before the round. Ranges halve by Partition's rounding, the lower half the
-// larger. Folding: as the butterfly.
-int64_t halving_doubling_sent_bytes(int rank, int ranks, int64_t count) {
-  const Fold fold(ranks);
-  if (fold.is_extra(rank)) return 4 * count;
-  int64_t sent = fold.partner(rank) >= 0 ? count : 0, held = count;
-  for (int d = fold.p2 / 2; d >= 1; d /= 2) {
-    sent += held;
-    const int64_t lower = Partition{held, 2}.size(0);
-    held = (rank & d) == 0 ? lower : held - lower;
-  }
-  return 4 * sent;
-}
-
-// Fold in, log₂p2 halving rounds (each rank gives away the half it does not
-// keep, reduced by the partner), log₂p2 doubling rounds in reverse (each rank
-// sends the half it kept, copied by the partner), fold out.
-StepList halving_doubling_steps(int ranks, int64_t count, const AllreduceOptions&) {
-  StepList list{.algorithm = "halving_doubling", .ranks = ranks, .count = count, .rounds = {}};
-  if (ranks == 1 || count == 0) return list;
-  const Fold fold(ranks);
-  const int first = fold_in_steps(fold, count, list), levels = fold.levels;
-  for (int r = 0; r < fold.p2; ++r) {
-    Range held{0, count};
-    int i = 0;
-    for (int d = fold.p2 / 2; d >= 1; d /= 2, ++i) {
-      const Range lower{held.begin, held.begin + Partition{held.size(), 2}.size(0)};
-      const Range upper{lower.end, held.end};
-      const bool keep_lower = (r & d) == 0;
-      const Range keep = keep_lower ? lower : upper, give = keep_lower ? upper : lower;
-      list.add(first + i, {.src = r, .dst = r ^ d, .offset = give.begin, .count = give.size(),
-                           .reduce = true});
-      list.add(first + 2 * levels - 1 - i, {.src = r, .dst = r ^ d, .offset = keep.begin,
-                                            .count = keep.size(), .reduce = false});
-      held = keep;
-    }
-  }
-  fold_out_steps(fold, count, first + 2 * levels, list);
-  return list;
-}
-
-std::unique_ptr<Allreducer> make_halving_doubling_allreducer(const AllreduceOptions&) {
-  return std::make_unique<HalvingDoublingAllreducer>();
 }
 
 }  // namespace psar

@@ -73,7 +73,15 @@ class MpiAllreducer final : public Allreducer {
 
 }  // namespace
 
-std::unique_ptr<Allreducer> make_mpi_allreducer(const AllreduceOptions&) {
+// MPI has no 16-bit floating-point type in its standard (MPI 4.0 names none;
+// Open MPI's MPI_Allreduce of bf16 would need a user op that sums in the
+// element type, which is not the comparison the peer stands for).
+std::unique_ptr<Allreducer> make_mpi_allreducer(const AllreduceOptions& options) {
+  if (options.dtype != ElementType::kFp32)
+    throw ConfigError(std::string("allreduce 'mpi' sums float32 only: MPI has no standard ") +
+                      element_type_name(options.dtype) +
+                      " type or sum, so sync.dtype must be fp32 for it (the program algorithms "
+                      "put any sync.dtype on the wire)");
   return std::make_unique<MpiAllreducer>();
 }
 

@@ -220,6 +220,9 @@ std::unique_ptr<Allreducer> make_nccl_allreducer(const AllreduceOptions& options
   // Checked here, before a run writes anything.
   if (cuda_device_count() == 0)
     throw ConfigError("sync backend 'nccl' needs a CUDA device, and none is visible here");
+  if (options.dtype != ElementType::kFp32)
+    throw ConfigError(std::string("sync backend 'nccl' sums float32 here: sync.dtype ") +
+                      element_type_name(options.dtype) + " is for psar's program algorithms");
   return std::make_unique<NcclAllreducer>(options);
 }
 

@@ -1,52 +1,93 @@
 #include "allreduce/allreducer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <iterator>
+#include <map>
 
 #include "allreduce/algorithms.h"
+#include "allreduce/collectives.h"
+#include "allreduce/tags.h"
 #include "core/errors.h"
 
 namespace psar {
 
 namespace {
-// Adding an algorithm: its own file (factory, cost form, bytes sent per rank),
-// one entry here, one row in docs/algorithms.md. Tests, benchmarks and
-// `psar cost` read this table; a test fails for a host algorithm without its
-// cost form or its byte count.
+// Adding an algorithm: its own file (the program and the cost form), one
+// entry here, one row in docs/algorithms.md. Tests, benchmarks, the
+// simulator and `psar cost` read this table; a test fails for an entry
+// without its cost form, or whose program's bytes disagree with its form.
 const AllreducerEntry kBuiltin[] = {
-    {.name = "ring", .make = &make_ring_allreducer,
-     .summary = "reduce-scatter + all-gather around a ring, pipelined",
-     .cost = &ring_cost, .sent_bytes = &ring_sent_bytes,
-     .steps = &ring_steps},
-    {.name = "tree", .make = &make_tree_allreducer,
-     .summary = "binary-tree reduce to rank 0 + broadcast, pipelined",
-     .cost = &tree_cost, .sent_bytes = &tree_sent_bytes,
-     .steps = &tree_steps},
-    {.name = "butterfly", .make = &make_butterfly_allreducer,
-     .summary = "recursive doubling: log2 N full-vector swaps",
-     .cost = &butterfly_cost, .sent_bytes = &butterfly_sent_bytes,
-     .steps = &butterfly_steps},
-    {.name = "halving_doubling", .make = &make_halving_doubling_allreducer,
+    {.name = "ring", .summary = "reduce-scatter + all-gather around a ring, pipelined",
+     .program = &ring_program, .cost = &ring_cost},
+    {.name = "tree", .summary = "binary-tree reduce to rank 0 + broadcast, pipelined",
+     .program = &tree_program, .cost = &tree_cost},
+    {.name = "butterfly", .summary = "recursive doubling: log2 N full-vector swaps",
+     .program = &butterfly_program, .cost = &butterfly_cost},
+    {.name = "halving_doubling",
      .summary = "Rabenseifner: recursive-halving reduce-scatter + recursive-doubling all-gather",
-     .cost = &halving_doubling_cost, .sent_bytes = &halving_doubling_sent_bytes,
-     .steps = &halving_doubling_steps},
-    {.name = "naive", .make = &make_naive_allreducer,
-     .summary = "all-to-all: every rank sends its vector to every other",
-     .cost = &naive_cost, .sent_bytes = &naive_sent_bytes,
-     .steps = &naive_steps},
+     .program = &halving_doubling_program, .cost = &halving_doubling_cost},
+    {.name = "naive", .summary = "all-to-all: every rank sends its vector to every other",
+     .program = &naive_program, .cost = &naive_cost},
     // On one node — all the registry's uniform α-β model sees — it is the
-    // ring; its two-level form and bytes per level are in hierarchical.cc.
-    {.name = "hierarchical", .make = &make_hierarchical_allreducer,
+    // ring; its two-level form is in hierarchical.cc.
+    {.name = "hierarchical",
      .summary = "reduce-scatter inside each node, ring allreduce of each slice across nodes, all-gather",
-     .cost = &ring_cost, .sent_bytes = &ring_sent_bytes, .steps = &ring_steps},
-    // Open MPI picks its own schedule; its times are fitted to the ring's form.
-    {.name = "mpi", .make = &make_mpi_allreducer,
-     .summary = "MPI_Allreduce of the MPI library (the measured peer)",
-     .needs_mpi = true, .cost = &ring_cost},
+     .program = &hierarchical_program, .needs_nodes = true, .cost = &ring_cost},
+    // Open MPI picks its own schedule; its times are fitted to the ring's
+    // form, and the simulator times it as the ring.
+    {.name = "mpi", .summary = "MPI_Allreduce of the MPI library (the measured peer)",
+     .make = &make_mpi_allreducer, .needs_mpi = true, .cost = &ring_cost, .timed_as = "ring"},
     // NCCL's ring on one node: the ring's form.
-    {.name = "nccl", .make = &make_nccl_allreducer,
+    {.name = "nccl",
      .summary = "ncclAllReduce on the GPU (device data in place; host buffers copied in and out)",
-     .device = true, .cost = &ring_cost},
+     .make = &make_nccl_allreducer, .device = true, .cost = &ring_cost, .timed_as = "ring"},
+};
+
+// Every rank's node: Comm::nodes() where set (net.node_size, tests), else
+// the hostnames, exchanged over the control plane.
+std::vector<int> node_map(Comm& comm) {
+  if (!comm.nodes().empty()) return comm.nodes();
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const std::string mine(host);
+  std::map<std::string, int> index;  // hostname -> node, in order of first appearance
+  std::vector<int> node;
+  for (const auto& v : comm.allgather_bytes(std::as_bytes(std::span<const char>(mine))))
+    node.push_back(index.emplace(std::string(reinterpret_cast<const char*>(v.data()), v.size()),
+                                 static_cast<int>(index.size()))
+                       .first->second);
+  return node;
+}
+
+// A program algorithm: its program, planned once per (ranks, count), run by
+// the engine.
+class ProgramAllreducer final : public Allreducer {
+ public:
+  ProgramAllreducer(const AllreducerEntry& entry, const AllreduceOptions& options)
+      : name_(entry.name), needs_nodes_(entry.needs_nodes),
+        run_(entry.program,
+             {.segment_bytes = options.segment_bytes, .dtype = options.dtype,
+              .accumulate_in_dtype = options.accumulate_in_dtype},
+             allreduce_tags::kAllreduce) {}
+  std::string name() const override { return name_; }
+
+  void allreduce(Comm& comm, std::span<float> data) override {
+    if (needs_nodes_ && nodes_for_ != &comm) {  // once per communicator
+      Comm::OpScope op(comm, name_ + " allreduce: finding the nodes");
+      node_ = node_map(comm);
+      nodes_for_ = &comm;
+    }
+    run_.run(comm, data, 0, node_);
+  }
+
+ private:
+  std::string name_;
+  bool needs_nodes_;
+  ProgramCollective run_;
+  const Comm* nodes_for_ = nullptr;
+  std::vector<int> node_;
 };
 
 std::vector<AllreducerEntry>& entries() {
@@ -61,22 +102,32 @@ std::string known_names() {
 }
 }  // namespace
 
-int64_t nccl_bytes_per_rank(int ranks, int64_t count) {
+int64_t nccl_bytes_per_rank(int ranks, int64_t count, int element) {
   if (ranks <= 1) return 0;
-  const auto bytes = static_cast<int64_t>(sizeof(float)) * count;
+  const int64_t bytes = element * count;
   // 2(N−1)/N·n, exact in 128-bit arithmetic before rounding down.
   return static_cast<int64_t>(static_cast<__int128>(2 * (ranks - 1)) * bytes / ranks);
 }
 
-int64_t AllreducerEntry::sent_bytes_total(int ranks, int64_t count) const {
-  int64_t total = 0;
-  for (int r = 0; r < ranks; ++r) total += sent_bytes(r, ranks, count);
-  return total;
+Program AllreducerEntry::program_for(int ranks, int64_t count, const AllreduceOptions& options,
+                                     const std::vector<int>& node) const {
+  if (!program)
+    throw ConfigError(std::string("allreduce algorithm '") + name +
+                      "' is a library's and has no program of psar's to count or simulate");
+  return program({.ranks = ranks, .count = count, .segment_bytes = options.segment_bytes,
+                  .dtype = options.dtype, .root = 0, .node = node});
 }
 
-int64_t AllreducerEntry::sent_bytes_busiest(int ranks, int64_t count) const {
+int64_t AllreducerEntry::sent_bytes_total(int ranks, int64_t count,
+                                          const AllreduceOptions& options) const {
+  return program_for(ranks, count, options).sent_elements_total() * element_size(options.dtype);
+}
+
+int64_t AllreducerEntry::sent_bytes_busiest(int ranks, int64_t count,
+                                            const AllreduceOptions& options) const {
+  const Program p = program_for(ranks, count, options);
   int64_t busiest = 0;
-  for (int r = 0; r < ranks; ++r) busiest = std::max(busiest, sent_bytes(r, ranks, count));
+  for (int r = 0; r < ranks; ++r) busiest = std::max(busiest, p.sent_bytes(r, options.dtype));
   return busiest;
 }
 
@@ -97,7 +148,12 @@ const AllreducerEntry& find_allreducer(const std::string& name) {
 
 std::unique_ptr<Allreducer> make_allreducer(const std::string& name,
                                             const AllreduceOptions& options) {
-  return find_allreducer(name).make(options);
+  const AllreducerEntry& e = find_allreducer(name);
+  if (options.segment_bytes <= 0)
+    throw ConfigError(name + " allreduce: segment size must be positive, got " +
+                      std::to_string(options.segment_bytes));
+  if (!e.program) return e.make(options);
+  return std::make_unique<ProgramAllreducer>(e, options);
 }
 
 AllreducerRegistration::AllreducerRegistration(const AllreducerEntry& entry) : name_(entry.name) {

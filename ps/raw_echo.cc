@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "core/errors.h"
 #include "core/log.h"
@@ -80,7 +81,9 @@ EchoClient::~EchoClient() {
   context_.close();
 }
 
-void EchoClient::round_trip(std::span<const float> data) {
+void EchoClient::round_trip(std::span<const float> data, std::span<float> echoed) {
+  PSAR_CHECK(echoed.empty() || echoed.size() == data.size(), "echo client: echoed holds ",
+             echoed.size(), " floats for ", data.size());
   const double deadline = now_seconds() + timeout_s_;
   std::vector<int> waiting(shards_.size());
   int most = 0;
@@ -105,7 +108,19 @@ void EchoClient::round_trip(std::span<const float> data) {
               std::chrono::milliseconds(poll_millis(deadline, kPollSlice)));
     for (size_t i = 0; i < items.size(); ++i) {
       if (items[i].events == 0 || !(items[i].revents & ZMQ_POLLIN)) continue;
-      while (waiting[i] > 0 && recv_frames(sockets_[i], frames, 1) > 0) --waiting[i];
+      while (waiting[i] > 0 && recv_frames(sockets_[i], frames, 1) > 0) {
+        // A DEALER receives its server's echoes in the order it sent the chunks.
+        const int chunk = shards_[i].chunks() - waiting[i]--;
+        if (echoed.empty()) continue;
+        const KeyRange keys = shards_[i].chunk(chunk);
+        const size_t bytes = static_cast<size_t>(keys.size()) * sizeof(float);
+        if (frames[0].size() != bytes)
+          throw ProtocolError("echo client: chunk " + std::to_string(chunk) + " of shard " +
+                              std::to_string(i) + " came back with " +
+                              std::to_string(frames[0].size()) + " bytes, sent " +
+                              std::to_string(bytes));
+        std::memcpy(echoed.data() + keys.begin, frames[0].data(), bytes);
+      }
       if (waiting[i] == 0) {
         items[i].events = 0;
         --busy;

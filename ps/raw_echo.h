@@ -44,7 +44,9 @@ class EchoClient {
              double timeout_s);
   ~EchoClient();  // says goodbye (bounded); never throws
   // Sends every slice of `data` to its server at once, waits for all echoes.
-  void round_trip(std::span<const float> data);
+  // With `echoed` (data's size) each echo is copied to its slice there, so a
+  // test can check what came back; empty: echoes are dropped uncopied.
+  void round_trip(std::span<const float> data, std::span<float> echoed = {});
 
  private:
   zmq::context_t context_{1};

@@ -12,12 +12,17 @@ std::vector<double> run_groups(const Network& net, const std::vector<GroupRun>& 
                                const CollectiveOptions& options) {
   size_t rounds = 0;
   std::vector<std::vector<double>> ready(groups.size());  // [group][rank] clock
+  // Each program's messages and additions, round by round.
+  std::vector<std::vector<std::vector<Transfer>>> messages(groups.size());
+  std::vector<std::vector<std::vector<int64_t>>> reduced(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     const GroupRun& run = groups[g];
-    PSAR_CHECK(run.list && static_cast<int>(run.endpoint.size()) == run.list->ranks,
-               "group ", g, " maps ", run.endpoint.size(), " ranks for a list of ",
-               run.list ? run.list->ranks : 0);
-    rounds = std::max(rounds, run.list->rounds.size());
+    PSAR_CHECK(run.program && static_cast<int>(run.endpoint.size()) == run.program->ranks,
+               "group ", g, " maps ", run.endpoint.size(), " ranks for a program of ",
+               run.program ? run.program->ranks : 0);
+    messages[g] = run.program->transfers();
+    reduced[g] = run.program->reduced_per_round();
+    rounds = std::max(rounds, messages[g].size());
     ready[g].assign(run.endpoint.size(), run.start);
   }
   std::vector<int> flows(static_cast<size_t>(net.links()), 0);
@@ -30,9 +35,10 @@ std::vector<double> run_groups(const Network& net, const std::vector<GroupRun>& 
       if (link < 0) return;
       if (flows[static_cast<size_t>(link)]++ == 0) touched.push_back(link);
     };
-    for (const GroupRun& run : groups) {
-      if (k >= run.list->rounds.size()) continue;
-      for (const StepMessage& m : run.list->rounds[k].messages) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const GroupRun& run = groups[g];
+      if (k >= messages[g].size()) continue;
+      for (const Transfer& m : messages[g][k]) {
         const auto p = net.path(run.endpoint[static_cast<size_t>(m.src)],
                                 run.endpoint[static_cast<size_t>(m.dst)]);
         load(p.egress);
@@ -42,8 +48,8 @@ std::vector<double> run_groups(const Network& net, const std::vector<GroupRun>& 
     for (size_t g = 0; g < groups.size(); ++g) {
       const GroupRun& run = groups[g];
       next[g] = ready[g];
-      if (k >= run.list->rounds.size()) continue;
-      for (const StepMessage& m : run.list->rounds[k].messages) {
+      if (k >= messages[g].size()) continue;
+      for (const Transfer& m : messages[g][k]) {
         const auto p = net.path(run.endpoint[static_cast<size_t>(m.src)],
                                 run.endpoint[static_cast<size_t>(m.dst)]);
         double rate = std::numeric_limits<double>::infinity();
@@ -58,10 +64,9 @@ std::vector<double> run_groups(const Network& net, const std::vector<GroupRun>& 
         d = std::max(d, end);
       }
       if (options.reduce_bandwidth > 0)
-        for (const StepMessage& m : run.list->rounds[k].messages)
-          if (m.reduce)
-            next[g][static_cast<size_t>(m.dst)] +=
-                static_cast<double>(m.count) * run.element_bytes / options.reduce_bandwidth;
+        for (size_t r = 0; r < next[g].size(); ++r)
+          next[g][r] += static_cast<double>(reduced[g][k][r]) * run.element_bytes /
+                        options.reduce_bandwidth;
       std::swap(ready[g], next[g]);
     }
     for (int link : touched) flows[static_cast<size_t>(link)] = 0;

@@ -1,9 +1,10 @@
 #pragma once
-// Timing step lists (allreduce/steps.h) on the modelled network
-// (sim/cluster.h). Several lists may run at once — every data-parallel group
-// of a 3D grid syncs at the same time — and then share links.
+// Timing collective programs (allreduce/program.h) on the modelled network
+// (sim/cluster.h): the program the engine runs, not a copy of it. Several
+// programs may run at once — every data-parallel group of a 3D grid syncs at
+// the same time — and then share links.
 //
-// The model, round by round (a round of a step list is one step k of the
+// The model, round by round (a round of a program is one step k of the
 // algorithm, taken by every group at once):
 //   - a rank takes part in round k once it has finished round k−1 (each rank
 //     has its own clock, so a late group or rank delays only its peers);
@@ -13,7 +14,8 @@
 //     that crosses it (equal sharing: two equal flows on one NIC each take
 //     twice as long);
 //   - a rank finishes round k when every message it sends or receives has
-//     arrived, plus reduced bytes / reduce_bandwidth for what it adds.
+//     arrived, plus reduced bytes / reduce_bandwidth for what it adds
+//     (receives that add, and local adds).
 // On a uniform network with one group this is the α-β(-γ) model of
 // docs/theory.md exactly: a ring allreduce of n bytes takes
 // 2(p−1)α + 2(p−1)/p·n·β. What it leaves out: flows of different rounds
@@ -21,16 +23,16 @@
 
 #include <vector>
 
-#include "allreduce/steps.h"
+#include "allreduce/program.h"
 #include "sim/cluster.h"
 
 namespace psar::sim {
 
 struct GroupRun {
-  const StepList* list = nullptr;
-  std::vector<int> endpoint;  // [rank of the list] -> network endpoint
+  const Program* program = nullptr;
+  std::vector<int> endpoint;  // [rank of the program] -> network endpoint
   double start = 0;           // when every rank of the group enters round 0
-  double element_bytes = 4;   // bytes of one element of the list's vector
+  double element_bytes = 4;   // bytes of one element of the program's vector
 };
 
 struct CollectiveOptions {

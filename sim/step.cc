@@ -4,6 +4,7 @@
 #include <map>
 #include <numeric>
 
+#include "allreduce/algorithms.h"
 #include "allreduce/allreducer.h"
 #include "allreduce/partition.h"
 #include "core/errors.h"
@@ -19,21 +20,24 @@ using psar::detail::concat;
 
 namespace {
 
-// The allreduce whose steps a name stands for: its own, or ring's for the
-// algorithms whose schedule is not psar's (mpi, nccl: both ring-shaped).
-StepList allreduce_steps(const std::string& name, int ranks, int64_t count,
-                         const AllreduceOptions& options) {
+// The program an allreduce name stands for: its own, or for a library peer
+// (mpi, nccl) the program its registry entry says it is timed as.
+Program allreduce_program(const std::string& name, int ranks, int64_t count,
+                          const AllreduceOptions& options, const std::vector<int>& node = {}) {
   const AllreducerEntry& e = find_allreducer(name);
-  return e.steps ? e.steps(ranks, count, options)
-                 : find_allreducer("ring").steps(ranks, count, options);
+  if (e.program) return e.program_for(ranks, count, options, node);
+  if (!e.timed_as)
+    throw ConfigError("allreduce '" + name + "' has no program to simulate and names none to "
+                      "be timed as (its registry entry's timed_as)");
+  return find_allreducer(e.timed_as).program_for(ranks, count, options);
 }
 
 }  // namespace
 
-StepList ps_steps(int workers, int servers, int64_t count, int64_t chunk) {
-  PSAR_CHECK(workers >= 1 && servers >= 1 && chunk >= 1, "ps_steps: ", workers, " workers, ",
+Program ps_program(int workers, int servers, int64_t count, int64_t chunk) {
+  PSAR_CHECK(workers >= 1 && servers >= 1 && chunk >= 1, "ps_program: ", workers, " workers, ",
              servers, " servers, chunks of ", chunk);
-  StepList list{.algorithm = "ps", .ranks = workers + servers, .count = count, .rounds = {}};
+  Program list("ps", workers + servers, count);
   const Partition shards{count, servers};
   for (int k = 0; k < servers; ++k) {
     const int64_t size = shards.size(k);
@@ -43,13 +47,12 @@ StepList ps_steps(int workers, int servers, int64_t count, int64_t chunk) {
       const int64_t n = std::min(chunk, size - c * chunk);
       const int round = static_cast<int>(c);
       for (int w = 0; w < workers; ++w) {
-        list.add(round, {.src = w, .dst = workers + k, .offset = offset, .count = n,
-                         .reduce = true});
-        list.add(round + 1, {.src = workers + k, .dst = w, .offset = offset, .count = n,
-                             .reduce = false});
+        list.transfer(round, w, workers + k, offset, n, true);
+        list.transfer(round + 1, workers + k, w, offset, n, false);
       }
     }
   }
+  list.finish();
   return list;
 }
 
@@ -138,6 +141,7 @@ StepSpec step_from_config(const Config& c, const ClusterSpec& cluster) {
   s.flash_attention = c.get_bool("simulate.flash_attention");
   s.dtype_bytes = static_cast<int>(c.get_int("simulate.dtype_bytes"));
   s.grad_bytes = static_cast<int>(c.get_int("simulate.grad_bytes"));
+  s.sync_dtype = parse_element_type(c.get_string("sync.dtype"));
   s.symmetric = c.get_bool("simulate.symmetric");
   if (s.dtype_bytes < 1 || s.grad_bytes < 1)
     throw ConfigError("simulate.dtype_bytes and simulate.grad_bytes must be at least 1");
@@ -159,9 +163,10 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
   const int64_t stream = s.microbatch * s.model.seq * s.model.hidden;
   StepResult out;
   if (t > 1) {
-    const StepList list = allreduce_steps(s.tp_allreduce, t, stream, ar_options);
-    std::vector<int> ranks;
+    std::vector<int> ranks, node;
     for (int j = 0; j < t; ++j) ranks.push_back(gpu(j, 0, 0));
+    for (int r : ranks) node.push_back(r / cluster.gpus_per_node);
+    const Program list = allreduce_program(s.tp_allreduce, t, stream, ar_options, node);
     out.tp_allreduce_s =
         run_groups(net, {{&list, ranks, 0.0, static_cast<double>(s.dtype_bytes)}})[0];
   }
@@ -216,15 +221,14 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
   const int64_t wire = sg ? Partition{stream, t}.largest() : stream;
   double gather_s = 0;
   if (sg) {
-    const StepList ag = ring_all_gather_steps(t, stream);
+    const Program ag = ring_all_gather_program(ProgramShape{.ranks = t, .count = stream, .segment_bytes = s.segment_bytes, .dtype = ElementType::kFp32, .root = 0, .node = {}});
     std::vector<int> ranks;
     for (int j = 0; j < t; ++j) ranks.push_back(gpu(j, 0, 0));
     gather_s = run_groups(net, {{&ag, ranks, 0.0, static_cast<double>(s.dtype_bytes)}})[0];
   }
   std::map<std::pair<int, int>, std::vector<double>> transfer;  // (from, to) -> [replica] s
-  StepList hop{.algorithm = "p2p", .ranks = 2 * t, .count = wire, .rounds = {}};
-  for (int j = 0; j < t; ++j)
-    hop.add(0, {.src = j, .dst = t + j, .offset = 0, .count = wire, .reduce = false});
+  Program hop("p2p", 2 * t, wire);
+  for (int j = 0; j < t; ++j) hop.transfer(0, j, t + j, 0, wire, false);
   auto transfer_s = [&](int from, int to) -> const std::vector<double>& {
     auto [it, fresh] = transfer.try_emplace({from, to});
     if (fresh) {
@@ -292,32 +296,26 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
   // overlap each starts when its stage's last action is done and syncs the
   // stage's whole gradient; with overlap, bucket by bucket (below).
   double done = out.pipeline_s;
-  std::map<std::pair<int64_t, int>, StepList> lists;  // by gradient count and ranks per node
+  // By gradient count and the group's node map (what the hierarchical
+  // program reads; the others ignore it).
+  std::map<std::pair<int64_t, std::vector<int>>, Program> lists;
   const int64_t ps_chunk = std::max<int64_t>(1, s.ps_chunk_bytes / s.grad_bytes);
-  // Ranks per node of a group that fills its nodes in equal consecutive
-  // blocks (the hierarchical allreduce's layout), else 0.
-  auto per_node = [&](const std::vector<int>& gpus) {
-    auto node = [&](int k) { return gpus[static_cast<size_t>(k)] / cluster.gpus_per_node; };
-    int L = 1;
-    while (L < d && node(L) == node(0)) ++L;
-    if (d % L != 0) return 0;
-    for (int k = 0; k < d; ++k)
-      if (node(k) != node(k - k % L) || (k % L == 0 && k > 0 && node(k) == node(k - 1)))
-        return 0;
-    return L;
-  };
-  auto sync_list = [&](int64_t count, int local) -> const StepList* {
-    auto [it, fresh] = lists.try_emplace({count, local});
+  AllreduceOptions dp_options = ar_options;  // the gradients on the wire in sync.dtype
+  dp_options.dtype = s.sync_dtype;
+  const double wire_bytes = s.sync == "ps" ? s.grad_bytes : element_size(s.sync_dtype);
+  auto sync_list = [&](int64_t count, const std::vector<int>& gpus) -> const Program* {
+    std::vector<int> node;
+    for (int g : gpus) node.push_back(g / cluster.gpus_per_node);
+    auto [it, fresh] = lists.try_emplace({count, node});
     if (fresh)
-      it->second = s.sync == "ps"                          ? ps_steps(d, s.ps_servers, count, ps_chunk)
-                   : s.sync == "hierarchical" && local > 0 ? hierarchical_steps(d / local, local, count)
-                                                           : allreduce_steps(s.sync, d, count, ar_options);
+      it->second = s.sync == "ps" ? ps_program(d, s.ps_servers, count, ps_chunk)
+                                  : allreduce_program(s.sync, d, count, dp_options, node);
     return &it->second;
   };
   auto group = [&](int st, int j, int64_t count, double start) {
     std::vector<int> gpus;
     for (int i = 0; i < d; ++i) gpus.push_back(gpu(j, i, st));
-    GroupRun r{sync_list(count, per_node(gpus)), gpus, start, static_cast<double>(s.grad_bytes)};
+    GroupRun r{sync_list(count, gpus), gpus, start, wire_bytes};
     for (int k = 0; k < (s.sync == "ps" ? s.ps_servers : 0); ++k)
       r.endpoint.push_back(dedicated_ps ? cluster.gpus() + k
                                         : r.endpoint[static_cast<size_t>(k % d)]);

@@ -5,7 +5,7 @@
 // gemm_efficiency of peak plus a fixed cost per kernel, the tensor-parallel
 // all-reduces of every block on the action's critical path, the transfers
 // between stages as messages on links, and at the end each stage's
-// data-parallel sync — the sync algorithm's own step list, every group at
+// data-parallel sync — the sync algorithm's own program, every group at
 // once on the shared links (sim/collective.h) — or the parameter server's
 // pushes and pulls per shard.
 //
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "allreduce/steps.h"
+#include "allreduce/program.h"
 #include "core/config.h"
 #include "modelpar/pp/schedule.h"
 #include "sim/cluster.h"
@@ -51,7 +51,7 @@ struct StepSpec {
   std::string sync = "ring";       // allreduce algorithm, or "ps"
   int ps_servers = 1;
   bool ps_colocated = false;
-  int64_t ps_chunk_bytes = 1 << 20;  // the PS streams a shard in chunks of this (ps_steps)
+  int64_t ps_chunk_bytes = 1 << 20;  // the PS streams a shard in chunks of this (ps_program)
   // Overlap (docs/overlap.md, docs/simulate.md): each stage's gradients are
   // synced in buckets of bucket_bytes as its last backward makes them final.
   bool overlap = false;
@@ -61,7 +61,9 @@ struct StepSpec {
   bool recompute = false;
   bool flash_attention = false;  // the scores never reach GPU memory (block_memory_bytes)
   int dtype_bytes = 2;  // activations and TP all-reduces
-  int grad_bytes = 4;   // one gradient element in the data-parallel sync
+  int grad_bytes = 4;   // one gradient element in memory and on the PS's wire
+  // An allreduce sync's elements on the wire (sync.dtype, allreduce/element_type.h).
+  ElementType sync_dtype = ElementType::kFp32;
   bool symmetric = true;
 };
 
@@ -106,7 +108,7 @@ struct StepResult {
 
 StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& spec);
 
-// The parameter server as a step list on d workers (ranks 0..d−1) and S
+// The parameter server as a program on d workers (ranks 0..d−1) and S
 // shards (ranks d..d+S−1), streamed as psar's client streams a push_pull
 // (ps/client.h): shard k's slice (Partition{count, S}) travels in chunks of
 // `chunk` elements, chunk 0 of every shard first; in round c every worker
@@ -116,6 +118,6 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& spec);
 // next arrives. A shard of C chunks takes C + 1 rounds; with one shard and
 // equal chunks of c bytes, (C + 1)·(α + d·c/B), the server NIC's bound
 // d·n/B plus one chunk.
-StepList ps_steps(int workers, int servers, int64_t count, int64_t chunk);
+Program ps_program(int workers, int servers, int64_t count, int64_t chunk);
 
 }  // namespace psar::sim

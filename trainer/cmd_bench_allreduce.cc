@@ -2,12 +2,14 @@
 //
 //   mpirun -np 4 psar bench allreduce [--algos ring,tree,...]
 //       -b 4K -e 64M -f 2 -n 20 -w 5 -c 1 --csv FILE [--volume-csv FILE] [-r ROUNDS]
-//       [--set sync.segment_bytes=512K] [--set sync.timeout=60s]
+//       [--set sync.segment_bytes=512K] [--set sync.dtype=bf16] [--set sync.timeout=60s]
 //
 // Without --algos: every host algorithm of the registry, in its order
 // (bench_allreduce_default_algos).
 //
-// For every size b, b·f, b·f², … ≤ e (bytes, float32 elements, in place) and
+// For every size b, b·f, b·f², … ≤ e (bytes of the caller's float32 vector,
+// in place; on the wire in sync.dtype: --set sync.dtype=bf16 halves the
+// bytes every algorithm with a program moves) and
 // every algorithm: an optional checked call (-c 1: a known pattern summed, the
 // result compared elementwise against a double-precision reference; #wrong
 // counts elements off by more than 1e-6 of Σ|x|, summed over ranks), w warm-up
@@ -163,9 +165,12 @@ struct Row {
   int64_t wrong;  // -1: not checked
 };
 
-void print_header(const BenchOptions& o, const Comm& comm, int64_t segment_bytes) {
-  std::printf("# psar bench allreduce: %d ranks (%s transport), float32 sum, in place\n",
-              comm.size(), comm.transport().c_str());
+void print_header(const BenchOptions& o, const Comm& comm, const AllreduceOptions& ao) {
+  std::printf("# psar bench allreduce: %d ranks (%s transport), float32 sum, in place, %s on "
+              "the wire (sync.dtype), %s accumulation\n",
+              comm.size(), comm.transport().c_str(), element_type_name(ao.dtype),
+              ao.accumulate_in_dtype ? element_type_name(ao.dtype) : "fp32");
+  const int64_t segment_bytes = ao.segment_bytes;
   std::printf("# iters %d in %d rounds, warmup %d, segment %s; time = median over rounds of "
               "the max over ranks\n#\n",
               o.iters, o.rounds, o.warmup, format_bytes(segment_bytes).c_str());
@@ -173,10 +178,10 @@ void print_header(const BenchOptions& o, const Comm& comm, int64_t segment_bytes
               "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
 }
 
-void print_row(const Row& r) {
+void print_row(const Row& r, ElementType wire) {
   const std::string wrong = r.wrong < 0 ? "N/A" : std::to_string(r.wrong);
   std::printf("  %12lld %12lld %6s %-17s %11.2f %11.3f %11.3f %8s\n",
-              static_cast<long long>(r.bytes), static_cast<long long>(r.count), "float",
+              static_cast<long long>(r.bytes), static_cast<long long>(r.count), element_type_name(wire),
               r.algo.c_str(), r.time_us, r.algbw, r.busbw, wrong.c_str());
   std::fflush(stdout);
 }
@@ -215,7 +220,7 @@ int run_bench(CliContext& ctx, BenchOptions o) {
   const int n = comm.size();
   const bool root = comm.rank() == 0;
   const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
-  if (root) print_header(o, comm, ao.segment_bytes);
+  if (root) print_header(o, comm, ao);
 
   CsvWriter csv({"algo", "size", "count", "time_us", "algbw", "busbw", "wrong"});
   CsvWriter volume({"algo", "ranks", "size", "count", "bytes_sent_total", "bytes_sent_max_rank",
@@ -258,7 +263,7 @@ int run_bench(CliContext& ctx, BenchOptions o) {
         tuning_rows += concat(n, ",", row.algo, ",", row.bytes, ",", CsvWriter::num(row.time_us),
                               "\n");
       if (root) {
-        print_row(row);
+        print_row(row, ao.dtype);
         csv.row({row.algo, CsvWriter::num(row.bytes), CsvWriter::num(row.count),
                  CsvWriter::num(row.time_us), CsvWriter::num(row.algbw),
                  CsvWriter::num(row.busbw), row.wrong < 0 ? "" : CsvWriter::num(row.wrong)});

@@ -8,8 +8,9 @@
 // 4): the coefficients of α, β and γ in the algorithm's α-β-γ form
 // (docs/algorithms.md), the predicted time alpha_coef·α + beta_coef·β +
 // gamma_coef·γ, and the exact payload bytes sent in all and by the busiest
-// rank, as the Comm counters count them (`psar bench allreduce --volume-csv`
-// measures the same columns). Algorithms whose bytes bypass the Comm counters
+// rank, read off the algorithm's program with n/element-size elements of
+// sync.dtype (`--set sync.dtype=bf16`), as the Comm counters count them
+// (`psar bench allreduce --volume-csv` measures the same columns). Algorithms whose bytes bypass the Comm counters
 // (mpi, nccl) leave the byte columns empty (null in JSON). α is a duration
 // (a number of seconds, or 5us, 2ms, ...); β and γ are seconds per byte.
 // Nothing runs: no MPI, no communication. This is where the experiment
@@ -209,10 +210,12 @@ int cmd_cost(CliContext& ctx) {
     for (int p : o.ranks)
       for (int64_t n : o.sizes) {
         const CostTerms t = e->cost(p, n, options);
-        const bool counted = e->sent_bytes != nullptr;
+        // Bytes read off the algorithm's program (none for a library's).
+        const bool counted = e->program != nullptr;
+        const int64_t count = n / element_size(options.dtype);
         rows.push_back({e->name, p, n, t, t.time(o.alpha, o.beta, o.gamma), counted,
-                        counted ? e->sent_bytes_total(p, n / 4) : 0,
-                        counted ? e->sent_bytes_busiest(p, n / 4) : 0});
+                        counted ? e->sent_bytes_total(p, count, options) : 0,
+                        counted ? e->sent_bytes_busiest(p, count, options) : 0});
       }
   }
   if (o.json) print_json(o, rows);

@@ -86,7 +86,9 @@ Schema build() {
 
   // sync
   s.add({"sync.backend", T::kString, "mpi", "gradient synchronization backend (--sync)", {}, &sync_names});
-  s.add({"sync.segment_bytes", T::kBytes, "512K", "pipelining segment of ring/tree"});
+  s.add({"sync.segment_bytes", T::kBytes, "512K", "pipelining segment of the program algorithms (the engine's)"});
+  s.add({"sync.dtype", T::kString, "fp32", "element type of gradients on the wire (psar's allreduce programs; mpi and nccl: fp32 only)", {"fp32", "bf16", "fp16"}});
+  s.add({"sync.accumulate", T::kString, "fp32", "partial sums kept in fp32, or rounded to sync.dtype after every addition (dtype)", {"fp32", "dtype"}});
   s.add({"sync.timeout", T::kDuration, "60s", "deadline of every communication wait"});
   s.add({"sync.nccl_algo", T::kString, "auto", "nccl: NCCL_ALGO of the communicator (auto: NCCL's choice or the environment's)", {"auto", "ring", "tree"}});
   s.add({"sync.nccl_proto", T::kString, "auto", "nccl: NCCL_PROTO of the communicator (auto: NCCL's choice or the environment's)", {"auto", "LL", "LL128", "Simple"}});
@@ -149,7 +151,7 @@ Schema build() {
   s.add({"simulate.recompute", T::kBool, "false", "simulate: full activation recomputation (one more forward per backward)"});
   s.add({"simulate.flash_attention", T::kBool, "false", "simulate: fused attention (FlashAttention): the scores' softmax and dropout move no GPU memory"});
   s.add({"simulate.dtype_bytes", T::kInt, "2", "simulate: bytes per activation element (bf16: 2)"});
-  s.add({"simulate.grad_bytes", T::kInt, "4", "simulate: bytes per gradient element in the data-parallel sync"});
+  s.add({"simulate.grad_bytes", T::kInt, "4", "simulate: bytes per gradient element in memory and on a parameter server's wire (an allreduce's wire: sync.dtype)"});
   s.add({"simulate.symmetric", T::kBool, "true", "simulate: one pipeline replica stands for all d (false: replay every replica)"});
   return s;
 }

@@ -30,11 +30,30 @@ inline std::vector<float> make_input(uint64_t seed, int rank, int64_t count) {
   return v;
 }
 
-// Checks result[i] against Σ_r x_r[i] in double, within 1e-6 of Σ_r |x_r[i]|
-// (float addition of N ≤ 8 terms errs by at most (N-1)·2⁻²⁴ of that, ≈ 4.2e-7).
+// Relative tolerance of a sum of N ≤ 8 terms with `dtype` on the wire: float
+// addition errs by at most (N-1)·2⁻²⁴ of Σ|x| (1e-6 bounds it); a value put
+// on the wire is rounded by at most the unit roundoff u of its relative size
+// (u = 2⁻⁸ for bf16, 2⁻¹¹ for fp16), and an algorithm rounds the inputs once
+// and each of at most N-1 partial sums (all bounded by Σ|x|) once: N·u of
+// Σ|x|. fp16 also loses what falls below its subnormals (2⁻²⁵ absolute per
+// rounding): `absolute`.
+struct Tolerance {
+  double relative = 1e-6, absolute = 0;
+};
+inline Tolerance tolerance(ElementType dtype, int ranks) {
+  switch (dtype) {
+    case ElementType::kBf16: return {1e-6 + ranks * 0x1p-8, 0};
+    case ElementType::kFp16: return {1e-6 + ranks * 0x1p-11, ranks * 0x1p-25};
+    case ElementType::kFp32: break;
+  }
+  return {};
+}
+
+// Checks result[i] against Σ_r x_r[i] in double, within the tolerance
+// (default: float32 on the wire, 1e-6 of Σ_r |x_r[i]|).
 // Returns the number of elements outside the tolerance; reports the first few.
 inline int64_t count_wrong(const std::vector<float>& result, uint64_t seed, int ranks,
-                           int64_t first = 0) {
+                           int64_t first = 0, Tolerance tol = {}) {
   int64_t wrong = 0;
   for (size_t k = 0; k < result.size(); ++k) {
     const int64_t i = first + static_cast<int64_t>(k);
@@ -44,7 +63,7 @@ inline int64_t count_wrong(const std::vector<float>& result, uint64_t seed, int 
       sum += x;
       magnitude += std::fabs(x);
     }
-    if (std::fabs(result[k] - sum) > 1e-6 * magnitude) {
+    if (!(std::fabs(result[k] - sum) <= tol.relative * magnitude + tol.absolute)) {
       if (++wrong <= 3)
         ADD_FAILURE() << "element " << i << ": got " << result[k] << ", reference " << sum;
     }

@@ -1,7 +1,8 @@
 // Byte accounting (docs/algorithms.md, "bytes sent"): the Comm counters of one
-// allreduce must equal the registered formula of each algorithm exactly, on
-// every rank. M = count·4 bytes; p2 = the largest power of two ≤ N, e = N - p2
-// the ranks folded in and out.
+// allreduce equal the bytes its program sends, exactly, on every rank and for
+// every element type; and the program's bytes equal each algorithm's exact
+// closed form, derived here independently of its file. M = count elements;
+// p2 = the largest power of two ≤ N, e = N - p2 the ranks folded in and out.
 
 #include <gtest/gtest.h>
 
@@ -42,9 +43,16 @@ Volume measure(int ranks, Make make) {
   return v;
 }
 
-Volume measure_allreduce(const std::string& algo, int ranks, int64_t count) {
+AllreduceOptions small_segments(ElementType dtype = ElementType::kFp32) {
   AllreduceOptions options;
   options.segment_bytes = 4096;  // many segments: must not change the volume
+  options.dtype = dtype;
+  return options;
+}
+
+Volume measure_allreduce(const std::string& algo, int ranks, int64_t count,
+                         ElementType dtype = ElementType::kFp32) {
+  const AllreduceOptions options = small_segments(dtype);
   return measure(ranks, [&] {
     return [a = make_allreducer(algo, options), count](Comm& comm) {
       std::vector<float> data(static_cast<size_t>(count), 1.0f);
@@ -60,20 +68,58 @@ struct Shape {
 
 class Volumes : public ::testing::TestWithParam<Shape> {};
 
-// Every algorithm whose bytes pass through Comm states them per rank in the
-// registry (docs/algorithms.md has the same formulas in words); here they meet
-// the counters. A host algorithm registered without its count fails.
-TEST_P(Volumes, EveryRegisteredAlgorithmSendsWhatItsFormulaSaysOnEveryRank) {
+// The elements rank r of N sends in one allreduce of M elements, by
+// algorithm (docs/algorithms.md states the same in words).
+int64_t closed_form(const std::string& algo, int r, int N, int64_t M) {
+  if (N == 1 || M == 0) return 0;
+  int p2 = 1;
+  while (p2 * 2 <= N) p2 *= 2;
+  const bool extra = r >= p2, partner = r < N - p2;  // folded in / folding partner
+  if (algo == "ring" || algo == "hierarchical")  // hierarchical on one node: the ring
+    return 2 * M - chunk_size(M, N, r) - chunk_size(M, N, (r + 1) % N);
+  if (algo == "tree") return M * ((r > 0) + (2 * r + 1 < N) + (2 * r + 2 < N));
+  if (algo == "naive") return (N - 1) * M;
+  if (algo == "butterfly") {
+    int levels = 0;
+    for (int q = 1; q < p2; q *= 2) ++levels;
+    return extra ? M : M * (levels + partner);
+  }
+  if (algo == "halving_doubling") {
+    if (extra) return M;
+    int64_t sent = partner ? M : 0, held = M;
+    for (int d = p2 / 2; d >= 1; d /= 2) {  // the whole held range each halving/doubling pair
+      sent += held;
+      const int64_t lower = held - held / 2;
+      held = (r & d) == 0 ? lower : held / 2;
+    }
+    return sent;
+  }
+  return -1;
+}
+
+// Every program algorithm's counters equal its program's bytes on every rank,
+// with float32 and with bf16 on the wire (exactly half); the built-in ones'
+// programs equal their closed forms.
+TEST_P(Volumes, EveryProgramSendsWhatItsClosedFormSaysOnEveryRank) {
   const auto [n, count] = GetParam();
   for (const auto& entry : allreducer_registry()) {
-    if (entry.device || entry.needs_mpi) continue;  // bytes outside psar's Comm counters
-    ASSERT_NE(entry.sent_bytes, nullptr) << entry.name << " registers no byte count";
-    const Volume v = measure_allreduce(entry.name, n, count);
-    for (int r = 0; r < n; ++r)
-      EXPECT_EQ(v.sent[r], entry.sent_bytes(r, n, count)) << entry.name << ", rank " << r;
-    EXPECT_EQ(v.total_sent(), entry.sent_bytes_total(n, count)) << entry.name;
-    EXPECT_EQ(*std::max_element(v.sent.begin(), v.sent.end()), entry.sent_bytes_busiest(n, count))
-        << entry.name;
+    if (!entry.program) continue;  // library peers: bytes outside psar's Comm counters
+    const Program program = entry.program_for(n, count, small_segments());
+    for (ElementType t : {ElementType::kFp32, ElementType::kBf16}) {
+      const Volume v = measure_allreduce(entry.name, n, count, t);
+      for (int r = 0; r < n; ++r)
+        EXPECT_EQ(v.sent[r], program.sent_bytes(r, t)) << entry.name << ", rank " << r << ", " << element_type_name(t);
+      EXPECT_EQ(v.total_sent(), entry.sent_bytes_total(n, count, small_segments(t))) << entry.name;
+      EXPECT_EQ(*std::max_element(v.sent.begin(), v.sent.end()),
+                entry.sent_bytes_busiest(n, count, small_segments(t)))
+          << entry.name;
+    }
+    for (int r = 0; r < n; ++r) {
+      const int64_t form = closed_form(entry.name, r, n, count);
+      if (form >= 0) {
+        EXPECT_EQ(program.sent_elements(r), form) << entry.name << ", rank " << r;
+      }
+    }
   }
 }
 
@@ -131,7 +177,7 @@ TEST(Bytes, NcclFormulaIsTheRingVolumePerRank) {
       const long double exact = 2.0L * (N - 1) * 4.0L * static_cast<long double>(count) / N;
       EXPECT_LE(static_cast<long double>(per_rank), exact) << N << " " << count;
       EXPECT_GT(static_cast<long double>(per_rank) + 1, exact) << N << " " << count;
-      const int64_t ring_total = ring.sent_bytes_total(N, count);
+      const int64_t ring_total = ring.sent_bytes_total(N, count, AllreduceOptions{});
       EXPECT_EQ(ring_total, 2 * (N - 1) * 4 * count) << N << " " << count;
       EXPECT_LE(ring_total - per_rank * N, N) << N << " " << count;
     }

@@ -1,7 +1,9 @@
-// Ring reduce-scatter and all-gather on their own: each rank's piece of
-// Partition{count, N} against a double-precision reference (reduce-scatter)
-// and against the exact concatenation (all-gather), in place and out of
-// place, over world sizes and counts at the edges.
+// The collectives other than allreduce: ring reduce-scatter and all-gather,
+// each rank's piece of Partition{count, N} against a double-precision
+// reference (reduce-scatter) and against the exact concatenation
+// (all-gather), in place and out of place; tree broadcast and reduce from
+// every root, against the root's exact vector (rounded to the element type
+// on the wire) and the reference sum. World sizes and counts at the edges.
 
 #include <gtest/gtest.h>
 
@@ -98,6 +100,44 @@ TEST_P(RingCollectives, ReduceScatterThenAllGatherIsAnAllreduce) {
   });
   EXPECT_EQ(count_wrong(results[0], 41, n), 0);
   for (int r = 1; r < n; ++r) EXPECT_TRUE(testing::same_bits(results[r], results[0]));
+}
+
+TEST_P(RingCollectives, BroadcastGivesEveryRankTheRootsVectorInTheWireType) {
+  const auto [n, count] = GetParam();
+  for (ElementType t : {ElementType::kFp32, ElementType::kBf16, ElementType::kFp16})
+    for (int root : std::set<int>{0, n / 2, n - 1}) {
+      std::vector<float> expect = make_input(51, root, count);
+      for (float& x : expect)  // the reference rounding, not the engine's
+        x = t == ElementType::kBf16   ? bf16_to_float(float_to_bf16(x))
+            : t == ElementType::kFp16 ? fp16_to_float(float_to_fp16(x))
+                                      : x;
+      std::vector<std::vector<float>> got(static_cast<size_t>(n));
+      run_inproc(n, [&](Comm& comm) {
+        TreeBroadcast b(CollectiveOptions{.segment_bytes = 2048, .dtype = t});
+        auto data = make_input(comm.rank() == root ? 51 : 52, comm.rank(), count);
+        b.broadcast(comm, data, root);
+        got[static_cast<size_t>(comm.rank())] = std::move(data);
+      });
+      for (int r = 0; r < n; ++r)
+        EXPECT_TRUE(testing::same_bits(got[static_cast<size_t>(r)], expect))
+            << "rank " << r << ", root " << root << ", " << element_type_name(t);
+    }
+}
+
+TEST_P(RingCollectives, ReduceLeavesTheRootTheSum) {
+  const auto [n, count] = GetParam();
+  for (ElementType t : {ElementType::kFp32, ElementType::kBf16})
+    for (int root : std::set<int>{0, n / 2, n - 1}) {
+      std::vector<float> at_root;
+      run_inproc(n, [&](Comm& comm) {
+        TreeReduce reduce(CollectiveOptions{.segment_bytes = 2048, .dtype = t});
+        auto data = make_input(61, comm.rank(), count);
+        reduce.reduce(comm, data, root);
+        if (comm.rank() == root) at_root = std::move(data);
+      });
+      EXPECT_EQ(count_wrong(at_root, 61, n, 0, testing::tolerance(t, n)), 0)
+          << "root " << root << ", " << element_type_name(t);
+    }
 }
 
 std::vector<Case> cases() {

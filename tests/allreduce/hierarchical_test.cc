@@ -1,14 +1,15 @@
 // hierarchical allreduce with the nodes given in-process (Comm::set_nodes,
 // as net.node_size does): the allreduce sweep (world sizes × counts against
 // the double reference, identical bits on every rank) for node sizes 1, 2
-// and 4, and the bytes of each level equal to the closed form of
-// allreduce/hierarchical.cc, re-derived here from the chunk sizes.
+// and 4; the bytes its program sends inside and between nodes equal the
+// closed form of allreduce/hierarchical.cc, re-derived here from the chunk
+// sizes, and the Comm counters count exactly the program's bytes.
 
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "allreduce/hierarchical.h"
+#include "allreduce/allreducer.h"
 #include "comm/inproc_comm.h"
 #include "tests/allreduce/allreduce_test_util.h"
 
@@ -31,20 +32,14 @@ std::vector<int> nodes_of(int ranks, int node_size) {
   return nodes;
 }
 
-// Ranks per node the schedule runs with: all on one node, L on every node, or
-// 0 (nodes of unequal size: the flat ring).
-int expected_local_size(int ranks, int node_size) {
-  if (ranks <= node_size) return ranks;
-  return ranks % node_size == 0 ? node_size : 0;
+// Nodes of unequal size: the flat ring.
+bool falls_back_to_ring(int ranks, int node_size) {
+  return ranks > node_size && ranks % node_size != 0;
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return "node" + std::to_string(info.param.node_size) + "_" + std::to_string(info.param.ranks) +
          "ranks_" + std::to_string(info.param.count) + "floats";
-}
-
-HierarchicalAllreducer& as_hierarchical(Allreducer& a) {
-  return dynamic_cast<HierarchicalAllreducer&>(a);
 }
 
 class Hierarchical : public ::testing::TestWithParam<Case> {};
@@ -54,7 +49,6 @@ TEST_P(Hierarchical, SumsLikeTheDoubleReferenceWithIdenticalBitsOnEveryRank) {
   AllreduceOptions options;
   options.segment_bytes = 16 * 1024;  // large slices stream in several segments
   std::vector<std::vector<float>> results(static_cast<size_t>(c.ranks));
-  std::vector<int> local_sizes(static_cast<size_t>(c.ranks));
   constexpr uint64_t kSeed = 13;
   run_inproc(c.ranks, [&](Comm& comm) {
     comm.set_nodes(nodes_of(c.ranks, c.node_size));
@@ -62,12 +56,14 @@ TEST_P(Hierarchical, SumsLikeTheDoubleReferenceWithIdenticalBitsOnEveryRank) {
     auto data = make_input(kSeed, comm.rank(), c.count);
     algo->allreduce(comm, data);
     results[static_cast<size_t>(comm.rank())] = std::move(data);
-    local_sizes[static_cast<size_t>(comm.rank())] = as_hierarchical(*algo).node_size();
   });
   EXPECT_EQ(count_wrong(results[0], kSeed, c.ranks), 0);
   for (int r = 1; r < c.ranks; ++r)
     EXPECT_TRUE(same_bits(results[static_cast<size_t>(r)], results[0])) << "rank " << r;
-  for (int l : local_sizes) EXPECT_EQ(l, expected_local_size(c.ranks, c.node_size));
+  const Program p = find_allreducer("hierarchical")
+                        .program_for(c.ranks, c.count, options, nodes_of(c.ranks, c.node_size));
+  EXPECT_EQ(p.name.find("flat ring") != std::string::npos, falls_back_to_ring(c.ranks, c.node_size))
+      << p.name;
 }
 
 std::vector<Case> sweep() {
@@ -83,47 +79,50 @@ std::vector<Case> sweep() {
 INSTANTIATE_TEST_SUITE_P(Allreduce, Hierarchical, ::testing::ValuesIn(sweep()),
                          case_name);
 
-// Per rank: 4·(2·count − c_j − c_{j+1}) inside the node, 4·(2·c_j − P_M.size(k)
-// − P_M.size(k+1)) between nodes (0 for one node), for local rank j of node k.
+// Per rank, in elements: 2·count − c_j − c_{j+1} inside the node, 2·c_j −
+// P_M.size(k) − P_M.size(k+1) between nodes (0 for one node), for local rank
+// j of node k; the program's sends split by whether the peer shares the node.
 class HierarchicalBytes : public ::testing::TestWithParam<Case> {};
 
 TEST_P(HierarchicalBytes, EachLevelMovesExactlyItsFormula) {
   const Case& c = GetParam();
   const int L = std::min(c.node_size, c.ranks), M = c.ranks / L;
   ASSERT_EQ(M * L, c.ranks) << "the formula is for nodes of equal size";
-  std::vector<HierarchyCounters> levels(static_cast<size_t>(c.ranks));
+  AllreduceOptions options;
+  options.segment_bytes = 4096;  // many segments: must not change the volume
+  const std::vector<int> node = nodes_of(c.ranks, c.node_size);
+  const Program p = find_allreducer("hierarchical").program_for(c.ranks, c.count, options, node);
   std::vector<CommCounters> totals(static_cast<size_t>(c.ranks));
   run_inproc(c.ranks, [&](Comm& comm) {
-    comm.set_nodes(nodes_of(c.ranks, c.node_size));
-    AllreduceOptions options;
-    options.segment_bytes = 4096;  // many segments: must not change the volume
+    comm.set_nodes(node);
     auto algo = make_allreducer("hierarchical", options);
     std::vector<float> data(static_cast<size_t>(c.count), 1.0f);
     algo->allreduce(comm, data);  // plans
     comm.barrier();
     comm.reset_counters();
     algo->allreduce(comm, data);
-    levels[static_cast<size_t>(comm.rank())] = as_hierarchical(*algo).last_call();
     totals[static_cast<size_t>(comm.rank())] = comm.counters();
   });
   int64_t intra_total = 0, inter_total = 0;
   for (int r = 0; r < c.ranks; ++r) {
     const int j = r % L, k = r / L;
     const int64_t cj = chunk_size(c.count, L, j);
-    const int64_t intra = L == 1 ? 0 : 4 * (2 * c.count - cj - chunk_size(c.count, L, (j + 1) % L));
+    const int64_t intra = L == 1 ? 0 : 2 * c.count - cj - chunk_size(c.count, L, (j + 1) % L);
     const int64_t inter =
-        M == 1 ? 0 : 4 * (2 * cj - chunk_size(cj, M, k) - chunk_size(cj, M, (k + 1) % M));
-    const auto& got = levels[static_cast<size_t>(r)];
-    EXPECT_EQ(got.intra.bytes_sent, intra) << "rank " << r;
-    EXPECT_EQ(got.inter.bytes_sent, inter) << "rank " << r;
-    EXPECT_EQ(totals[static_cast<size_t>(r)].bytes_sent, intra + inter)
+        M == 1 ? 0 : 2 * cj - chunk_size(cj, M, k) - chunk_size(cj, M, (k + 1) % M);
+    int64_t inside = 0, between = 0;
+    for (const Step& s : p.steps[static_cast<size_t>(r)])
+      if (s.sends()) (node[static_cast<size_t>(s.peer)] == node[static_cast<size_t>(r)] ? inside : between) += s.count;
+    EXPECT_EQ(inside, intra) << "rank " << r;
+    EXPECT_EQ(between, inter) << "rank " << r;
+    EXPECT_EQ(totals[static_cast<size_t>(r)].bytes_sent, 4 * (intra + inter))
         << "the caller's communicator counts both levels, rank " << r;
-    intra_total += got.intra.bytes_recv;
-    inter_total += got.inter.bytes_recv;
+    intra_total += inside;
+    inter_total += between;
   }
   // In all: 2(L-1)·n per node inside, 2(M-1)·n/L per slice ring between nodes.
-  EXPECT_EQ(intra_total, int64_t{M} * 2 * (L - 1) * c.count * 4);
-  EXPECT_EQ(inter_total, 2 * (M - 1) * c.count * 4);
+  EXPECT_EQ(intra_total, int64_t{M} * 2 * (L - 1) * c.count);
+  EXPECT_EQ(inter_total, 2 * (M - 1) * c.count);
 }
 
 std::vector<Case> even_shapes() {

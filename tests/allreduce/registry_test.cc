@@ -21,27 +21,15 @@ namespace {
 using ::testing::Contains;
 using ::testing::Not;
 
-// A throwaway algorithm: every rank sends its vector to rank 0, which adds
-// them in rank order and sends the sum back.
-class StarAllreducer final : public Allreducer {
- public:
-  static constexpr int kTag = 0x7e00;
-  std::string name() const override { return "star_for_test"; }
-  void allreduce(Comm& comm, std::span<float> data) override {
-    if (comm.size() == 1 || data.empty()) return;
-    if (comm.rank() != 0) {
-      comm.send(0, std::span<const float>(data), kTag);
-      comm.recv(0, data, kTag);
-      return;
-    }
-    std::vector<float> other(data.size());
-    for (int r = 1; r < comm.size(); ++r) {
-      comm.recv(r, std::span<float>(other), kTag);
-      for (size_t i = 0; i < data.size(); ++i) data[i] += other[i];
-    }
-    for (int r = 1; r < comm.size(); ++r) comm.send(r, std::span<const float>(data), kTag);
-  }
-};
+// A throwaway algorithm, written as a program: every rank sends its vector to
+// rank 0, which adds them in rank order and sends the sum back.
+Program star_program(const ProgramShape& shape) {
+  Program p("star allreduce", shape.ranks, shape.count);
+  for (int r = 1; r < shape.ranks; ++r) p.transfer(0, r, 0, 0, shape.count, true);
+  for (int r = 1; r < shape.ranks; ++r) p.transfer(1, 0, r, 0, shape.count, false);
+  p.finish();
+  return p;
+}
 
 // N-1 sequential messages in and out of rank 0.
 CostTerms star_cost(int ranks, int64_t bytes, const AllreduceOptions&) {
@@ -55,12 +43,9 @@ int64_t star_sent_bytes(int rank, int ranks, int64_t count) {
 
 const AllreducerEntry kStar{
     .name = "star_for_test",
-    .make = [](const AllreduceOptions&) -> std::unique_ptr<Allreducer> {
-      return std::make_unique<StarAllreducer>();
-    },
     .summary = "gather to rank 0, add, send back (a test's own algorithm)",
-    .cost = &star_cost,
-    .sent_bytes = &star_sent_bytes};
+    .program = &star_program,
+    .cost = &star_cost};
 
 TEST(AllreduceRegistry, AnAlgorithmRegisteredInATestIsInTheBenchmarkDefaultsUntilItGoes) {
   ASSERT_THAT(bench_allreduce_default_algos(), Not(Contains("star_for_test")));
@@ -82,7 +67,7 @@ TEST(AllreduceRegistry, AnAlgorithmRegisteredInATestIsInTheBenchmarkDefaultsUnti
       result[comm.rank()] = data;
     });
     for (int r = 0; r < ranks; ++r) {
-      EXPECT_EQ(sent[r], find_allreducer("star_for_test").sent_bytes(r, ranks, count)) << r;
+      EXPECT_EQ(sent[r], star_sent_bytes(r, ranks, count)) << r;
       EXPECT_EQ(result[r], std::vector<float>(count, 6.0f)) << r;
     }
   }
@@ -114,11 +99,16 @@ TEST(AllreduceRegistry, AnAlgorithmRegisteredInATestIsAConfigChoiceAndTrains) {
   for (size_t i = 0; i < params[0].size(); ++i) EXPECT_NEAR(params[1][i], params[0][i], 1e-5);
 }
 
-TEST(AllreduceRegistry, RegisteringATakenNameIsAConfigError) {
+// The registry before and after a refused registration: the same names, and
+// "ring" still the ring's program, not the star's.
+TEST(AllreduceRegistry, RegisteringATakenNameIsAConfigErrorAndChangesNothing) {
+  const std::vector<std::string> before = allreducer_names(true);
   AllreducerEntry ring_again = kStar;
   ring_again.name = "ring";
   EXPECT_THROW(AllreducerRegistration{ring_again}, ConfigError);
-  EXPECT_EQ(allreducer_names(true).size(), allreducer_registry().size());  // nothing added
+  EXPECT_EQ(allreducer_names(true), before);
+  EXPECT_NE(find_allreducer("ring").program, &star_program);
+  EXPECT_EQ(find_allreducer("ring").program_for(3, 10, {}).name, "ring allreduce");
 }
 
 TEST(AllreduceRegistry, TheBenchmarkDefaultsAreTheHostAlgorithmsInRegistryOrder) {

@@ -89,6 +89,7 @@ TEST_P(ExecutorSweep, RunsTheListAndMeasuresThePredictedPeakAndTraffic) {
   const std::vector<int> peaks = peak_activations(schedule);
   std::mutex mu;
   int64_t messages = 0, bytes = 0;
+  std::vector<std::vector<ActionSpan>> spans(static_cast<size_t>(c.p));  // batch 0's, per stage
   run_inproc(c.p, [&](Comm& comm) {
     const int stage = comm.rank();
     SyntheticStages model(zero_time(schedule.virtual_stages() + 1), {nullptr, layout_for(schedule, stage)});
@@ -103,12 +104,10 @@ TEST_P(ExecutorSweep, RunsTheListAndMeasuresThePredictedPeakAndTraffic) {
       const StageRun run = executor.run();
       const auto& list = schedule.actions[static_cast<size_t>(stage)];
       ASSERT_EQ(run.spans.size(), list.size());
-      for (size_t k = 0; k < list.size(); ++k) {
-        EXPECT_EQ(run.spans[k].action, list[k]) << "action " << k;
-        EXPECT_LE(run.spans[k].start, run.spans[k].end);
-        if (k > 0) {
-          EXPECT_LE(run.spans[k - 1].end, run.spans[k].start);
-        }
+      for (size_t k = 0; k < list.size(); ++k) EXPECT_EQ(run.spans[k].action, list[k]) << "action " << k;
+      if (batch == 0) {
+        std::lock_guard<std::mutex> lock(mu);
+        spans[static_cast<size_t>(stage)] = run.spans;
       }
       EXPECT_EQ(run.peak_activations, peaks[static_cast<size_t>(stage)]) << "stage " << stage;
       EXPECT_EQ(run.peak_activation_bytes, predicted_peak_bytes(schedule, stage, model));
@@ -119,6 +118,32 @@ TEST_P(ExecutorSweep, RunsTheListAndMeasuresThePredictedPeakAndTraffic) {
       bytes += comm.counters().bytes_sent - before.bytes_sent;
     }
   });
+  // Every action that takes another stage's output starts after that output
+  // was produced (the threads share one clock): a forward of micro-batch j on
+  // virtual stage u = chunk·p + stage after u−1's forward of j, a backward
+  // (fused or input half) after u+1's. An executor that ran an action before
+  // its input arrived fails here.
+  const int V = c.p * c.v;
+  auto span_of = [&](int u, Op op, int j) -> const ActionSpan* {
+    for (const auto& sp : spans[static_cast<size_t>(u % c.p)])
+      if (sp.action.chunk == u / c.p && sp.action.microbatch == j &&
+          (sp.action.op == op || (op != Op::kForward && sp.action.op != Op::kForward &&
+                                  sp.action.op != Op::kBackwardWeight)))
+        return &sp;
+    return nullptr;
+  };
+  int checked = 0;
+  for (int stage = 0; stage < c.p; ++stage)
+    for (const auto& sp : spans[static_cast<size_t>(stage)]) {
+      const int u = sp.action.chunk * c.p + stage, j = sp.action.microbatch;
+      const bool forward = sp.action.op == Op::kForward;
+      if (sp.action.op == Op::kBackwardWeight || (forward ? u == 0 : u == V - 1)) continue;
+      const ActionSpan* producer = span_of(forward ? u - 1 : u + 1, sp.action.op, j);
+      ASSERT_NE(producer, nullptr) << "no producer for stage " << stage << " " << cell_label(sp.action, c.v);
+      EXPECT_LE(producer->end, sp.start) << "stage " << stage << " " << cell_label(sp.action, c.v);
+      ++checked;
+    }
+  EXPECT_EQ(checked, 2 * c.m * (V - 1));
   const int64_t transfers = c.p == 1 ? 0 : 2 * 2LL * c.m * (c.p * c.v - 1);  // two batches
   EXPECT_EQ(messages, transfers);
   EXPECT_EQ(bytes, transfers * kActivationBytes);

@@ -2,7 +2,7 @@
 // (docs/theory.md): a ring allreduce on a uniform network, two flows on one
 // NIC, a one-server parameter server, the pipeline bubbles with free
 // communication; the FLOP count against Megatron's formula; the action order
-// against the stage executor running the same schedule; the symmetric
+// against the textbook GPipe and 1F1B orders; the symmetric
 // simulation against the full one; and the grids a cluster cannot hold.
 
 #include <gmock/gmock.h>
@@ -11,14 +11,11 @@
 #include <cmath>
 
 #include "allreduce/allreducer.h"
-#include "comm/inproc_comm.h"
 #include "core/errors.h"
-#include "modelpar/pp/executor.h"
 #include "modelpar/pp/generators.h"
 #include "modelpar/pp/partition.h"
 #include "sim/collective.h"
 #include "sim/step.h"
-#include "workloads/synthetic_stages.h"
 
 namespace psar::sim {
 namespace {
@@ -49,7 +46,7 @@ TEST_P(Ranks, RingAllreduceTakesTwoPMinusOneAlphaPlusTwoPMinusOneOverPNBeta) {
   const int64_t count = 840 * 1024;  // divisible by every p here
   const double n = 4.0 * static_cast<double>(count);
   const Network net(uniform(p));
-  const StepList ring = find_allreducer("ring").steps(p, count, {});
+  const Program ring = find_allreducer("ring").program_for(p, count, {});
   const double t = run_groups(net, {{&ring, iota(p), 0.0, 4.0}})[0];
   const double expected = 2 * (p - 1) * kAlpha + 2.0 * (p - 1) / p * n / kBandwidth;
   EXPECT_NEAR(t, expected, 1e-12 * expected);
@@ -69,11 +66,12 @@ TEST_P(Ranks, AOneServerParameterServerTakesTheServerNicBound) {
   // Through the simulator's own PS list: every worker pushes n to the one
   // server, then pulls n back; the server's NIC carries d·n each way.
   const Network net(c, /*hosts=*/1);
-  StepList ps{.algorithm = "ps", .ranks = d + 1, .count = count, .rounds = {}};
+  Program ps("ps", d + 1, count);
   for (int w = 0; w < d; ++w) {
-    ps.add(0, {.src = w, .dst = d, .offset = 0, .count = count, .reduce = true});
-    ps.add(1, {.src = d, .dst = w, .offset = 0, .count = count, .reduce = false});
+    ps.transfer(0, w, d, 0, count, true);
+    ps.transfer(1, d, w, 0, count, false);
   }
+  ps.finish();
   const double t = run_groups(net, {{&ps, iota(d + 1), 0.0, 4.0}})[0];
   const double expected = 2 * (kAlpha + d * n / kBandwidth);
   EXPECT_NEAR(t, expected, 1e-12 * expected);
@@ -85,9 +83,64 @@ TEST_P(Ranks, AOneServerParameterServerTakesTheServerNicBound) {
   EXPECT_NEAR(r.sync_exposed_s, 2 * (kAlpha + d * 4 * params / kBandwidth), 1e-9);
 }
 
+// The simulator times the registry's program itself, not a copy: a program
+// registered here (a star: everyone to rank 0, the sum back) is what a step
+// with that sync backend takes — two rounds bound by rank 0's NIC, as the
+// one-server PS above — and a library peer naming no program to be timed as
+// is refused instead of silently becoming the ring.
+Program star_program(const ProgramShape& shape) {
+  Program p("star", shape.ranks, shape.count);
+  for (int r = 1; r < shape.ranks; ++r) p.transfer(0, r, 0, 0, shape.count, true);
+  for (int r = 1; r < shape.ranks; ++r) p.transfer(1, 0, r, 0, shape.count, false);
+  p.finish();
+  return p;
+}
+CostTerms no_cost(int, int64_t, const AllreduceOptions&) { return {}; }
+
+TEST_P(Ranks, AStepSyncsWithTheRegisteredProgramItself) {
+  const int d = GetParam();
+  const AllreducerRegistration star(
+      {.name = "star_for_sim", .summary = "test", .program = &star_program, .cost = &no_cost});
+  ClusterSpec c = uniform(d);
+  c.gpu.peak_flops = 1e30;
+  StepSpec s;
+  s.model = {1, 8, 1, 1, 1};
+  s.dp = d;
+  s.batch = d;
+  s.vstage_layers = {1};
+  s.sync = "star_for_sim";
+  const double n = 4.0 * static_cast<double>(model_params(s.model));
+  EXPECT_NEAR(simulate_step(c, s).sync_exposed_s, 2 * (kAlpha + (d - 1) * n / kBandwidth), 1e-9);
+  s.sync = "ring";  // and the ring's program otherwise: 2(d-1) rounds of its largest chunk
+  const double chunk = 4.0 * static_cast<double>((model_params(s.model) + d - 1) / d);
+  EXPECT_NEAR(simulate_step(c, s).sync_exposed_s, 2 * (d - 1) * (kAlpha + chunk / kBandwidth), 1e-12);
+  s.sync_dtype = ElementType::kBf16;  // sync.dtype: half the bytes of every message
+  EXPECT_NEAR(simulate_step(c, s).sync_exposed_s, 2 * (d - 1) * (kAlpha + chunk / 2 / kBandwidth),
+              1e-12);
+}
+
+TEST(Sim, ALibraryPeerWithoutAProgramToBeTimedAsIsRefused) {
+  const AllreducerRegistration opaque(
+      {.name = "opaque_for_sim", .summary = "test",
+       .make = [](const AllreduceOptions&) -> std::unique_ptr<Allreducer> { return nullptr; },
+       .cost = &no_cost});
+  StepSpec s;
+  s.model = {1, 8, 1, 1, 1};
+  s.dp = 2;
+  s.batch = 2;
+  s.vstage_layers = {1};
+  s.sync = "opaque_for_sim";
+  try {
+    simulate_step(uniform(2), s);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("opaque_for_sim"));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Sim, Ranks, ::testing::Values(2, 3, 4, 5, 8));
 
-// The streamed parameter server (ps_steps): S shards of C equal chunks of c
+// The streamed parameter server (ps_program): S shards of C equal chunks of c
 // elements take C + 1 rounds, each bound by the busier of a shard's NIC (d
 // flows) and a worker's (S flows): (C + 1)·(α + max(S, d)·4c/B).
 TEST(ParameterServer, StreamedChunksTakeCPlusOneRoundsAtTheBusiestNic) {
@@ -96,8 +149,8 @@ TEST(ParameterServer, StreamedChunksTakeCPlusOneRoundsAtTheBusiestNic) {
       for (int64_t chunks : {1, 3, 8}) {
         const int64_t chunk = 4096, count = servers * chunks * chunk;
         const Network net(uniform(d), servers);
-        const StepList ps = ps_steps(d, servers, count, chunk);
-        EXPECT_EQ(ps.rounds.size(), static_cast<size_t>(chunks + 1));
+        const Program ps = ps_program(d, servers, count, chunk);
+        EXPECT_EQ(ps.rounds(), chunks + 1);
         const double t = run_groups(net, {{&ps, iota(d + servers), 0.0, 4.0}})[0];
         const double expected =
             static_cast<double>(chunks + 1) *
@@ -109,12 +162,13 @@ TEST(ParameterServer, StreamedChunksTakeCPlusOneRoundsAtTheBusiestNic) {
 TEST(ParameterServer, EveryFloatIsPushedAndPulledOncePerWorker) {
   const int d = 3, servers = 2;
   const int64_t count = 10007, chunk = 1000;
-  const StepList ps = ps_steps(d, servers, count, chunk);
+  const Program ps = ps_program(d, servers, count, chunk);
+  ps.validate();
   std::vector<int64_t> pushed(static_cast<size_t>(count), 0), pulled(pushed);
-  for (const auto& round : ps.rounds)
-    for (const StepMessage& m : round.messages)
+  for (int r = d; r < d + servers; ++r)  // what the servers receive (push) and send (pull)
+    for (const Step& m : ps.steps[static_cast<size_t>(r)])
       for (int64_t i = m.offset; i < m.offset + m.count; ++i)
-        ++(m.reduce ? pushed : pulled)[static_cast<size_t>(i)];
+        ++(m.receives() ? pushed : pulled)[static_cast<size_t>(i)];
   for (int64_t i = 0; i < count; ++i) {
     ASSERT_EQ(pushed[static_cast<size_t>(i)], d) << i;
     ASSERT_EQ(pulled[static_cast<size_t>(i)], d) << i;
@@ -214,8 +268,8 @@ TEST(Overlap, ASlowNetworkSyncsTheBucketsBackToBack) {
 TEST(Contention, TwoEqualFlowsOnOneNicTakeTwiceAsLong) {
   const Network shared(uniform(2, 2, 1)), own(uniform(2, 2, 2));
   const int64_t count = 1 << 20;
-  StepList one{.algorithm = "p2p", .ranks = 2, .count = count, .rounds = {}};
-  one.add(0, {.src = 0, .dst = 1, .offset = 0, .count = count, .reduce = false});
+  Program one("p2p", 2, count);
+  one.transfer(0, 0, 1, 0, count, false);
   const double bytes = 4.0 * count;
   // GPU j of node 0 to GPU j of node 1, both at once.
   const std::vector<GroupRun> two{{&one, {0, 2}, 0.0, 4.0}, {&one, {1, 3}, 0.0, 4.0}};
@@ -289,35 +343,34 @@ TEST(Flops, TheStepCountIsMegatronsFormula) {
 
 // The order the simulator replays equals the order the stage executor runs,
 // for the same schedule (the executor on in-process ranks, zero-time layers).
-TEST(Order, TheSimulatorAndTheExecutorRunTheSameActions) {
-  for (const auto& entry : pp::schedule_registry()) {
-    const int p = 4, m = 8, v = std::string(entry.name) == "interleaved" ? 2 : 1;
-    const StepSpec spec = pipeline(entry.name, p, m, v);
-    const StepResult r = simulate_step(free_network(p), spec);
-    const pp::Schedule schedule = pp::make_schedule(entry.name, {p, m, v, 0});
-    std::vector<std::vector<pp::Action>> ran(static_cast<size_t>(p));
-    run_inproc(p, [&](Comm& comm) {
-      const int stage = comm.rank();
-      SyntheticStagesOptions o;
-      o.layers = p * v;
-      o.forward_s = o.backward_s = o.weight_grad_s = 0;
-      StageLayout l;
-      l.stages = p;
-      l.chunks = v;
-      l.stage = stage;
-      l.microbatches = m;
-      l.layers = pp::partition_layers(p * v, p, v);
-      SyntheticStages model(o, {nullptr, l});
-      ParamStore store;
-      for (int c = 0; c < v; ++c) model.declare(store, c);
-      store.finalize(1);
-      model.bind(store);
-      pp::StageExecutor executor(schedule, comm, model);
-      for (const auto& span : executor.run().spans)
-        ran[static_cast<size_t>(stage)].push_back(span.action);
-    });
-    EXPECT_EQ(r.order, ran) << entry.name;
+// The order the simulator runs, against the textbook orders written out here
+// from their definitions rather than taken from the generators (which the
+// simulator replays): GPipe runs every forward, then every backward, in
+// micro-batch order; 1F1B on stage s runs p − s − 1 warm-up forwards, then
+// one forward and one backward alternately, then the remaining backwards.
+std::vector<std::vector<pp::Action>> textbook_order(const std::string& kind, int p, int m) {
+  std::vector<std::vector<pp::Action>> order(static_cast<size_t>(p));
+  for (int s = 0; s < p; ++s) {
+    auto& a = order[static_cast<size_t>(s)];
+    const int warmup = kind == "gpipe" ? m : std::min(m, p - s - 1);
+    int f = 0, b = 0;
+    for (; f < warmup; ++f) a.push_back({pp::Op::kForward, f, 0});
+    for (; f < m; ++f, ++b) {
+      a.push_back({pp::Op::kForward, f, 0});
+      a.push_back({pp::Op::kBackward, b, 0});
+    }
+    for (; b < m; ++b) a.push_back({pp::Op::kBackward, b, 0});
   }
+  return order;
+}
+
+TEST(Order, GpipeAndOneFOneBRunInTheirTextbookOrder) {
+  for (const std::string kind : {"gpipe", "1f1b"})
+    for (int p : {2, 4})
+      for (int m : {p, 2 * p + 1}) {
+        const StepResult r = simulate_step(free_network(p), pipeline(kind, p, m, 1));
+        EXPECT_EQ(r.order, textbook_order(kind, p, m)) << kind << " p=" << p << " m=" << m;
+      }
 }
 
 TEST(Symmetry, OneReplicaStandsForAll) {

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Measures the collective engine against the hand-written executors it
+# replaced, and bf16 against fp32 on the wire at an emulated 1 Gbit/s.
+#
+#   results/collective_engine/measure.sh OLD_PSAR NEW_PSAR OUT_DIR
+#
+# OLD_PSAR: psar built at the commit before the engine; NEW_PSAR: psar at the
+# engine's commit. Runs `psar bench allreduce` at np = 2 and 4, 4 KiB–64 MiB,
+# three times each, old and new alternating (new first on even runs), each
+# run under flock /tmp/psar-measure.lock; then fp32 and bf16 (sync.dtype) at
+# net.bandwidth=1Gbit, 1–16 MiB, with the byte counters (--volume-csv).
+# Writes the CSVs, each run's output and the machine state into OUT_DIR;
+# table.py turns them into table.md.
+set -euo pipefail
+old=$1 new=$2 out=$3
+mkdir -p "$out"
+algos=ring,tree,butterfly,halving_doubling,naive,hierarchical
+mpirun=(mpirun --allow-run-as-root --oversubscribe)
+state() { { echo "## $1 $(date -u +%FT%TZ)"; uptime; vmstat 1 3; } >> "$out/machine.txt"; }
+echo "# nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo)" > "$out/machine.txt"
+for np in 2 4; do
+  for rep in 1 2 3; do
+    sides=(old new)
+    (( rep % 2 == 0 )) && sides=(new old)
+    for side in "${sides[@]}"; do
+      bin=$old
+      [[ $side == new ]] && bin=$new
+      state "engine np=$np rep=$rep $side"
+      flock /tmp/psar-measure.lock "${mpirun[@]}" -np "$np" "$bin" bench allreduce \
+        --algos "$algos" -b 4K -e 64M -f 4 -n 10 -w 2 -c 1 \
+        --csv "$out/engine_${side}_np${np}_rep${rep}.csv" > "$out/engine_${side}_np${np}_rep${rep}.txt"
+    done
+  done
+done
+for np in 2 4; do
+  for dtype in fp32 bf16; do
+    state "dtype np=$np $dtype"
+    flock /tmp/psar-measure.lock "${mpirun[@]}" -np "$np" "$new" bench allreduce \
+      --algos ring,tree,butterfly,halving_doubling,naive -b 1M -e 16M -f 4 -n 5 -w 1 -c 1 \
+      --set net.bandwidth=1Gbit --set sync.dtype=$dtype \
+      --csv "$out/dtype_${dtype}_np${np}.csv" --volume-csv "$out/dtype_${dtype}_np${np}_volume.csv" \
+      > "$out/dtype_${dtype}_np${np}.txt"
+  done
+done
+state "end"

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Writes table.md from the CSVs measure.sh left in a directory.
+
+    results/collective_engine/table.py DIR OLD_COMMIT NEW_COMMIT > table.md
+
+Engine vs hand-written executors: per (np, algorithm, size) the median over
+the three runs of each binary's time, and old/new (≥ 1: the engine is as
+fast; the target is ≥ 0.97). bf16 vs fp32 at 1 Gbit/s emulated: the
+busiest rank's bytes and the time, bf16/fp32 (targets: bytes 0.5, time
+within 10 % of 0.5).
+"""
+import csv
+import glob
+import os
+import re
+import statistics
+import sys
+
+
+def rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def main():
+    d, old_commit, new_commit = sys.argv[1:4]
+    times = {}  # (np, side, algo, size) -> [us]
+    for path in glob.glob(os.path.join(d, "engine_*_np*_rep*.csv")):
+        side, np_ = re.search(r"engine_(old|new)_np(\d+)_rep", path).groups()
+        for r in rows(path):
+            times.setdefault((int(np_), side, r["algo"], int(r["size"])), []).append(float(r["time_us"]))
+    print("# Collective engine vs the hand-written executors\n")
+    print(f"Old: psar at {old_commit} (hand-written executors); new: psar at {new_commit} "
+          "(programs run by the engine). `psar bench allreduce`, median over 3 runs of each "
+          "binary (each run: median over rounds of the max over ranks), runs alternating. "
+          "Machine state before each run: machine.txt. Commands: README.md.\n")
+    print("| np | algorithm | size | old µs | new µs | old/new | ≥ 0.97 |")
+    print("|---|---|---|---|---|---|---|")
+    worst = {}
+    for key in sorted(k for k in times if k[1] == "old"):
+        np_, _, algo, size = key
+        new = times.get((np_, "new", algo, size))
+        if not new:
+            continue
+        o, n = statistics.median(times[key]), statistics.median(new)
+        ratio = o / n
+        worst[(np_, algo)] = min(worst.get((np_, algo), 9e9), ratio)
+        print(f"| {np_} | {algo} | {size} | {o:.1f} | {n:.1f} | {ratio:.3f} | "
+              f"{'yes' if ratio >= 0.97 else 'no'} |")
+    print("\nWorst old/new per algorithm and np:\n")
+    print("| np | algorithm | worst old/new |")
+    print("|---|---|---|")
+    for (np_, algo), r in sorted(worst.items()):
+        print(f"| {np_} | {algo} | {r:.3f} |")
+    print("\n# bf16 vs fp32 on the wire, 1 Gbit/s emulated (net.bandwidth=1Gbit)\n")
+    print("| np | algorithm | size | fp32 µs | bf16 µs | time bf16/fp32 | busiest bytes fp32 | bf16 | bytes bf16/fp32 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for np_ in (2, 4):
+        f = os.path.join(d, f"dtype_fp32_np{np_}.csv")
+        b = os.path.join(d, f"dtype_bf16_np{np_}.csv")
+        if not (os.path.exists(f) and os.path.exists(b)):
+            continue
+        tf = {(r["algo"], int(r["size"])): float(r["time_us"]) for r in rows(f)}
+        tb = {(r["algo"], int(r["size"])): float(r["time_us"]) for r in rows(b)}
+        vf = {(r["algo"], int(r["size"])): int(r["bytes_sent_max_rank"])
+              for r in rows(os.path.join(d, f"dtype_fp32_np{np_}_volume.csv"))}
+        vb = {(r["algo"], int(r["size"])): int(r["bytes_sent_max_rank"])
+              for r in rows(os.path.join(d, f"dtype_bf16_np{np_}_volume.csv"))}
+        for key in sorted(tf):
+            if key not in tb:
+                continue
+            print(f"| {np_} | {key[0]} | {key[1]} | {tf[key]:.0f} | {tb[key]:.0f} | "
+                  f"{tb[key] / tf[key]:.3f} | {vf[key]} | {vb[key]} | {vb[key] / vf[key]:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

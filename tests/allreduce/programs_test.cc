@@ -1,0 +1,134 @@
+// Programs (allreduce/program.h) as data: every program of the registries is
+// well formed for every world size and count (each send matched by a receive
+// of the same size in the same round, slices inside the vector), its rounds
+// are the α coefficient of the algorithm's cost form where that counts
+// steps, and a malformed program is caught. The engine runs a program it has
+// never seen (a test's own star) correctly, which is what makes adding an
+// algorithm a program and nothing else.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/errors.h"
+
+#include "allreduce/allreducer.h"
+#include "allreduce/collectives.h"
+#include "allreduce/engine.h"
+#include "allreduce/program.h"
+#include "comm/inproc_comm.h"
+#include "tests/allreduce/allreduce_test_util.h"
+
+namespace psar {
+namespace {
+
+struct Shape {
+  int ranks;
+  int64_t count;
+};
+
+class Programs : public ::testing::TestWithParam<Shape> {};
+
+ProgramShape shape_of(int ranks, int64_t count, ElementType dtype = ElementType::kFp32) {
+  ProgramShape s;
+  s.ranks = ranks;
+  s.count = count;
+  s.segment_bytes = 4096;  // several segments at the larger counts
+  s.dtype = dtype;
+  return s;
+}
+
+TEST_P(Programs, EveryProgramIsWellFormed) {
+  const auto [n, count] = GetParam();
+  for (ElementType t : {ElementType::kFp32, ElementType::kBf16}) {
+    ProgramShape s = shape_of(n, count, t);
+    for (const auto& e : allreducer_registry())
+      if (e.program) {
+        EXPECT_NO_THROW(e.program(s).validate()) << e.name;
+      }
+    for (const auto& c : collective_registry())
+      for (int root : {0, n - 1}) {
+        s.root = root;
+        EXPECT_NO_THROW(c.program(s).validate()) << c.name << " root " << root;
+      }
+  }
+}
+
+// Where the cost form's α coefficient counts steps (all but naive, whose
+// N-1 messages leave in one step and serialize on the sender's link), the
+// program has that many rounds.
+TEST_P(Programs, RoundsEqualTheCostFormsLatencyTerm) {
+  const auto [n, count] = GetParam();
+  if (n == 1 || count == 0) return;
+  AllreduceOptions o;
+  o.segment_bytes = 4096;
+  for (const auto& e : allreducer_registry()) {
+    if (!e.program || std::string(e.name) == "naive") continue;
+    EXPECT_EQ(static_cast<double>(e.program_for(n, count, o).rounds()), e.cost(n, count * 4, o).alpha)
+        << e.name;
+  }
+}
+
+std::vector<Shape> shapes() {
+  std::vector<Shape> s;
+  for (int n : {1, 2, 3, 4, 5, 7, 8})
+    for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{1001}, int64_t{4099}})
+      s.push_back({n, count});
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Allreduce, Programs, ::testing::ValuesIn(shapes()), [](const auto& info) {
+  return std::to_string(info.param.ranks) + "ranks_" + std::to_string(info.param.count) + "floats";
+});
+
+// A program whose two ends disagree is refused before anything runs.
+TEST(ProgramValidation, ASendWithoutItsReceiveOrOfAnotherSizeIsNamed) {
+  Program p("broken", 2, 10);
+  p.transfer(0, 0, 1, 0, 10, true);
+  p.steps[1].back().count = 9;  // received as 9 of the 10 sent
+  try {
+    p.validate();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("received as 9 elements"));
+  }
+  Program q("unmatched", 2, 10);
+  q.transfer(0, 0, 1, 0, 10, true);
+  q.steps[1].clear();
+  EXPECT_THROW(q.validate(), Error);
+  Program r("outside", 2, 10);
+  r.transfer(0, 0, 1, 5, 6, false);
+  EXPECT_THROW(r.validate(), Error);
+}
+
+// A star (everyone to rank 0, added in rank order, the sum back), written
+// here as a program: the engine runs it and sums like the reference, with
+// identical bits, in every element type.
+Program star(int ranks, int64_t count) {
+  Program p("star", ranks, count);
+  for (int r = 1; r < ranks; ++r) p.transfer(0, r, 0, 0, count, true);
+  for (int r = 1; r < ranks; ++r) p.transfer(1, 0, r, 0, count, false);
+  p.finish();
+  return p;
+}
+
+TEST(Engine, RunsAProgramWrittenInATest) {
+  for (ElementType t : {ElementType::kFp32, ElementType::kBf16, ElementType::kFp16})
+    for (int n : {1, 2, 5})
+      for (int64_t count : {int64_t{0}, int64_t{3}, int64_t{70001}}) {
+        const Program p = star(n, count);
+        p.validate();
+        std::vector<std::vector<float>> out(static_cast<size_t>(n));
+        run_inproc(n, [&](Comm& comm) {
+          Engine engine;
+          engine.plan(p, comm.rank(), {.segment_bytes = 8192, .dtype = t, .accumulate_in_dtype = false, .tag = 77});
+          auto data = testing::make_input(4, comm.rank(), count);
+          engine.run(comm, data);
+          out[static_cast<size_t>(comm.rank())] = std::move(data);
+        });
+        EXPECT_EQ(testing::count_wrong(out[0], 4, n, 0, testing::tolerance(t, n)), 0);
+        for (int r = 1; r < n; ++r) EXPECT_TRUE(testing::same_bits(out[static_cast<size_t>(r)], out[0]));
+      }
+}
+
+}  // namespace
+}  // namespace psar

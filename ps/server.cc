@@ -38,7 +38,7 @@ Server::Server(const ServerOptions& options, std::span<const float> initial)
     const KeyRange keys = layout_.chunk(c);
     chunks_.push_back(std::make_unique<ShardState>(
         ShardStateOptions{keys, options.workers, options.consistency, options.staleness,
-                          options.optimizer},
+                          options.optimizer, options.backup_workers},
         initial.subspan(static_cast<size_t>(keys.begin - options.range.begin),
                         static_cast<size_t>(keys.size()))));
   }
@@ -222,13 +222,14 @@ void Server::dispatch(zmq::message_t& identity, const wire::Header& h, int chunk
       const std::span<float> data(frame->data<float>(), frame->size() / sizeof(float));
       const int64_t bytes = static_cast<int64_t>(frame->size());
       const bool changed = state.push(worker, h.clock(), Gradient{data, std::move(frame)});
+      const bool dropped = state.last_push_dropped();
       counters_.payload_in.fetch_add(bytes, std::memory_order_relaxed);
       if (changed) snapshot_if_due(chunk);
       if (changed) answer_parked();
       if (h.type() == wire::MSG_PUSH_PULL)
-        pull(identity, h, chunk, h.clock() + 1, layout_.chunk(chunk));
+        pull(identity, h, chunk, h.clock() + 1, layout_.chunk(chunk), dropped);
       else
-        send_ack(identity, h);
+        send_ack(identity, h, dropped);
       break;
     }
     case wire::MSG_PULL:
@@ -246,12 +247,13 @@ void Server::dispatch(zmq::message_t& identity, const wire::Header& h, int chunk
 }
 
 void Server::pull(zmq::message_t& identity, const wire::Header& h, int chunk, int64_t clock,
-                  KeyRange keys) {
+                  KeyRange keys, bool push_dropped) {
   const ShardState& state = *chunks_[chunk];
   if (state.pull_ready(clock)) {
-    send_params(identity, h, chunk, clock, keys);
+    send_params(identity, h, chunk, clock, keys, push_dropped);
     return;
   }
+  PSAR_CHECK(!push_dropped, "ps shard: a dropped push's pull of step ", clock, " is not ready");
   const std::string blocked = state.pull_blocked(clock);
   if (!blocked.empty()) {
     tell_failed(identity, h, blocked);
@@ -278,7 +280,7 @@ void Server::answer_parked() {
 }
 
 void Server::send_params(zmq::message_t& identity, const wire::Header& request, int chunk,
-                         int64_t clock, KeyRange keys) {
+                         int64_t clock, KeyRange keys, bool push_dropped) {
   ShardState& state = *chunks_[chunk];
   wire::Header reply;
   reply.set_type(wire::MSG_PARAMS);
@@ -288,6 +290,7 @@ void Server::send_params(zmq::message_t& identity, const wire::Header& request, 
   reply.set_key_end(keys.end);
   reply.set_payload_floats(keys.size());
   reply.set_version(state.applied());
+  reply.set_push_dropped(push_dropped);
   zmq::message_t payload;
   if (keys.size() > 0) {
     // Zero-copy: the frame references the chunk's buffer until ZeroMQ is done with it.
@@ -301,7 +304,7 @@ void Server::send_params(zmq::message_t& identity, const wire::Header& request, 
   send_reply(identity, reply, &payload);
 }
 
-void Server::send_ack(zmq::message_t& identity, const wire::Header& request) {
+void Server::send_ack(zmq::message_t& identity, const wire::Header& request, bool push_dropped) {
   wire::Header ack;
   ack.set_type(wire::MSG_ACK);
   ack.set_worker(request.worker());
@@ -309,6 +312,7 @@ void Server::send_ack(zmq::message_t& identity, const wire::Header& request) {
   ack.set_key_begin(request.key_begin());
   ack.set_key_end(request.key_end());
   ack.set_version(applied());
+  ack.set_push_dropped(push_dropped);
   send_reply(identity, ack, nullptr);
 }
 

@@ -20,6 +20,7 @@
 #include "core/rng.h"
 #include "ps/client.h"
 #include "ps/server.h"
+#include "ps/shard_state.h"
 #include "ps/sharding.h"
 
 namespace psar::ps::testing {
@@ -51,6 +52,12 @@ inline std::vector<float> make_grad(int worker, int64_t step, int64_t size) {
   std::vector<float> g(static_cast<size_t>(size));
   for (int64_t i = 0; i < size; ++i) g[static_cast<size_t>(i)] = grad_value(worker, step, i);
   return g;
+}
+
+// A pushed gradient that owns its values.
+inline Gradient owned(std::vector<float> values) {
+  auto holder = std::make_shared<std::vector<float>>(std::move(values));
+  return {std::span<float>(*holder), holder};
 }
 
 inline std::vector<float> initial_params(int64_t size) {

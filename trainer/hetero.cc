@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "comm/netem.h"
 #include "core/config.h"
@@ -102,7 +103,12 @@ double inject_delay(const HeteroPlan& plan, int rank, int64_t step, double compu
   if (seconds <= 0) return 0;
   const double start = now_seconds();
   wait_until(start + seconds);
-  tracer.span("injected", "hetero", start, start + seconds);
+  if (tracer.enabled()) {
+    char args[96];
+    std::snprintf(args, sizeof args, "{\"step\":%lld,\"injected_s\":%.17g}",
+                  static_cast<long long>(step + 1), seconds);
+    tracer.span("injected", "hetero", start, start + seconds, /*tid=*/0, args);
+  }
   return seconds;
 }
 

@@ -62,7 +62,8 @@ struct HeteroPlan {
 };
 
 // Waits injected(rank, step, compute_s) on the shared monotonic clock and
-// records it as an "injected" span; returns the seconds injected.
+// records it as an "injected" span on track 0 (args: the 1-based step of
+// steps.csv and injected_s exactly); returns the seconds injected.
 double inject_delay(const HeteroPlan& plan, int rank, int64_t step, double compute_s,
                     Tracer& tracer);
 

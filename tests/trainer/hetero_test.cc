@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -139,6 +140,13 @@ TEST(Hetero, ChosenRanksGetTheirOwnNicBandwidth) {
   EXPECT_DOUBLE_EQ(net_model_of_rank(cfg, 0, 3).bandwidth, 100e6 / 8);
   EXPECT_DOUBLE_EQ(net_model_of_rank(cfg, 1, 3).bandwidth, 1e9 / 8);
   EXPECT_DOUBLE_EQ(net_model_of_rank(cfg, 2, 3).bandwidth, 100e6 / 8);
+  // What each rank's communicator gets, the one the trainer and the PS use.
+  std::vector<double> got(3);
+  run_inproc(3, [&](Comm& comm) {
+    apply_network_model(comm, cfg);
+    got[static_cast<size_t>(comm.rank())] = comm.network()->model().bandwidth;
+  });
+  EXPECT_EQ(got, (std::vector<double>{100e6 / 8, 1e9 / 8, 100e6 / 8}));
 }
 
 // steps.csv as rank -> step -> column -> value.
@@ -183,6 +191,7 @@ TEST(Hetero, EveryInjectedDelayIsInStepsCsvAndLeavesTheMathAlone) {
     return params;
   };
   const std::vector<float> plain = run(cfg, "");
+  cfg.set("train.trace=true");
   for (const std::string a : {"hetero.seed=5", "hetero.slow_ranks=[1]", "hetero.slow_factor=3",
                               "hetero.delay.distribution=exponential", "hetero.delay.mean=3ms",
                               "hetero.delay.ranks=[0, 2]"})
@@ -205,6 +214,19 @@ TEST(Hetero, EveryInjectedDelayIsInStepsCsvAndLeavesTheMathAlone) {
       EXPECT_GE(row.at("step_s"), row.at("compute_s") + injected);
     }
   }
+  // The trace: one "injected" span per row, with the row's exact value.
+  std::ifstream trace(dir + "/trace.json");
+  const std::regex span(
+      R"re("name":"injected".*"pid":(\d+).*"args":\{"step":(\d+),"injected_s":([^}]+)\})re");
+  int spans = 0;
+  for (std::string line; std::getline(trace, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, span)) continue;
+    ++spans;
+    EXPECT_EQ(std::stod(m[3]), rows.at(std::stoi(m[1])).at(std::stoll(m[2])).at("injected_s"))
+        << line;
+  }
+  EXPECT_EQ(spans, 3 * steps);
   std::filesystem::remove_all(dir);
 }
 

@@ -92,6 +92,7 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
         so.consistency = options.consistency;
         so.staleness = options.staleness;
         so.backup_workers = options.backup_workers;
+        so.continue_on_failure = options.continue_on_failure;
         so.optimizer = options.optimizer;
         so.timeout_s = options.timeout_s;
         so.bind = me.address.bind;

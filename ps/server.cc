@@ -38,7 +38,8 @@ Server::Server(const ServerOptions& options, std::span<const float> initial)
     const KeyRange keys = layout_.chunk(c);
     chunks_.push_back(std::make_unique<ShardState>(
         ShardStateOptions{keys, options.workers, options.consistency, options.staleness,
-                          options.optimizer, options.backup_workers},
+                          options.optimizer, options.backup_workers,
+                          options.continue_on_failure},
         initial.subspan(static_cast<size_t>(keys.begin - options.range.begin),
                         static_cast<size_t>(keys.size()))));
   }
@@ -118,7 +119,10 @@ void Server::run() {
     deliver_in_flight();
     const double now = now_seconds();
     if (counters_.messages_in.load(std::memory_order_relaxed) != before) last_valid = now;
-    if (!done() && now - last_valid > options_.timeout_s) fail_timeout(now - last_valid);
+    if (!done() && now - last_valid > options_.timeout_s) {
+      fail_timeout(now - last_valid);  // throws unless it dropped the silent workers
+      last_valid = now;
+    }
   }
   // Let the last acknowledgements leave before the socket closes.
   socket_.set(zmq::sockopt::linger, kCloseLingerMs);
@@ -239,7 +243,8 @@ void Server::dispatch(zmq::message_t& identity, const wire::Header& h, int chunk
     case wire::MSG_BYE:
       // A goodbye is for the whole shard; every chunk checks it first.
       for (const auto& c : chunks_) c->check_leave(worker, h.clock());
-      for (const auto& c : chunks_) c->leave(worker, h.clock());
+      for (size_t c = 0; c < chunks_.size(); ++c)
+        if (chunks_[c]->leave(worker, h.clock())) snapshot_if_due(static_cast<int>(c));
       send_ack(identity, h);
       answer_parked();  // pulls that needed this worker's pushes now fail
       break;
@@ -370,6 +375,20 @@ void Server::fail_timeout(double idle_s) {
   for (const auto& c : chunks_)
     if (c->applied() < oldest->applied()) oldest = c.get();
   const std::vector<int> waiting = oldest->waiting_for();
+  if (options_.continue_on_failure && !waiting.empty()) {
+    // Drop the silent workers everywhere; the survivors' clocks go on.
+    PSAR_LOG(kWarn, "ps", name() << ": no request for " << idle_s << " s; dropping worker(s) "
+                                 << list(waiting) << " at clock " << oldest->applied()
+                                 << " (ps.on_worker_failure: continue)");
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      bool changed = false;
+      for (const int w : waiting)
+        if (!chunks_[c]->has_left(w)) changed = chunks_[c]->fail(w) || changed;
+      if (changed) snapshot_if_due(static_cast<int>(c));
+    }
+    answer_parked();
+    return;
+  }
   if (!parked_.empty())
     text += "clock " + std::to_string(oldest->applied()) + " waits for the pushes of worker(s) " +
             list(waiting);

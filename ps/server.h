@@ -65,6 +65,10 @@ struct ServerOptions {
   int staleness = 2;
   OptimizerOptions optimizer;
   int backup_workers = 0;  // b: a clock aggregates the first workers − b pushes (bsp)
+  // ps.on_worker_failure continue: workers silent past timeout_s while a
+  // clock waits for them are dropped (ShardState::fail) instead of ending
+  // the job; an early goodbye holds nobody up.
+  bool continue_on_failure = false;
   double timeout_s = 60.0;
   std::string bind = "127.0.0.1";  // see bind_endpoint()
   std::string advertise;           // host named in endpoint() ("" = the bound one)
@@ -157,7 +161,9 @@ class Server {
   void send_reply(zmq::message_t& identity, wire::Header& reply, zmq::message_t* payload);
   void send_error(zmq::message_t& identity, const wire::Header* request, wire::Status status,
                   const std::string& text);
-  [[noreturn]] void fail_timeout(double idle_s);
+  // Throws TimeoutError naming the silent workers, unless under continue it
+  // dropped them (then the survivors go on).
+  void fail_timeout(double idle_s);
   void tell_failed(zmq::message_t& identity, const wire::Header& request, const std::string& why);
   bool done() const;  // every worker left, or left or told the job failed
   std::string name() const;

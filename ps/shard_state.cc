@@ -90,7 +90,8 @@ ShardState::ShardState(const ShardStateOptions& options, std::span<const float> 
       optimizer_(make_optimizer(options.optimizer, options.range.size())),
       pushed_(static_cast<size_t>(options.workers), 0),
       dropped_(static_cast<size_t>(options.workers), 0),
-      left_(static_cast<size_t>(options.workers), 0) {
+      left_(static_cast<size_t>(options.workers), 0),
+      failed_(static_cast<size_t>(options.workers), 0) {
   PSAR_CHECK(options.workers >= 1, "ps shard: need at least one worker");
   PSAR_CHECK(static_cast<int64_t>(initial.size()) == options.range.size(),
              "ps shard: initial parameters hold ", initial.size(), " floats, range ",
@@ -175,10 +176,23 @@ bool ShardState::push(int worker, int64_t clock, Gradient grad) {
   return applied_ != before;
 }
 
+int ShardState::needed() const {
+  const int n = options_.workers - options_.backup_workers;
+  if (!options_.continue_on_failure) return n;
+  int can = 0;  // workers that pushed the oldest open clock or still may
+  for (int w = 0; w < options_.workers; ++w)
+    if (!failed_[w] && (!left_[w] || pushed_[w] > applied_)) ++can;
+  return std::min(n, can);
+}
+
 void ShardState::apply_complete_clocks() {
+  if (options_.consistency == Consistency::kAsp) return;
   for (;;) {
     Slot& slot = slots_[static_cast<size_t>(applied_) % slots_.size()];
-    if (slot.count < needed()) return;
+    const int need = needed();
+    if (need == 0 || slot.count < need) return;
+    if (need < options_.workers - options_.backup_workers && workers_changed_at_ < 0)
+      workers_changed_at_ = applied_;
     std::vector<const float*> inputs;
     std::span<float> avg;
     for (size_t w = 0; w < slot.grads.size(); ++w) {
@@ -210,6 +224,10 @@ bool ShardState::pull_ready(int64_t clock) const {
 
 std::string ShardState::pull_blocked(int64_t clock) const {
   if (options_.consistency == Consistency::kAsp) return {};
+  if (options_.continue_on_failure)
+    return needed() > 0 ? std::string()
+                        : "every worker that could push clock " + std::to_string(applied_) +
+                              " has left or failed";
   const int64_t needed = clock - lag();  // clocks that must be applied
   // Each clock can spare the pushes of b workers (backup workers).
   int short_of = 0;
@@ -231,10 +249,30 @@ void ShardState::check_leave(int worker, int64_t clock) const {
                                                    std::to_string(pushed_[worker]));
 }
 
-void ShardState::leave(int worker, int64_t clock) {
+bool ShardState::leave(int worker, int64_t clock) {
   check_leave(worker, clock);
   left_[worker] = 1;
   ++left_count_;
+  const int64_t before = applied_;
+  if (options_.continue_on_failure) apply_complete_clocks();
+  return applied_ != before;
+}
+
+bool ShardState::fail(int worker) {
+  PSAR_CHECK(options_.continue_on_failure, "ps shard: fail() needs on_worker_failure continue");
+  check_worker(worker);
+  left_[worker] = 1;
+  failed_[worker] = 1;
+  ++left_count_;
+  for (Slot& slot : slots_)  // its pushes of clocks not yet applied
+    if (slot.arrived[static_cast<size_t>(worker)]) {
+      slot.arrived[static_cast<size_t>(worker)] = 0;
+      slot.grads[static_cast<size_t>(worker)] = {};
+      --slot.count;
+    }
+  const int64_t before = applied_;
+  apply_complete_clocks();
+  return applied_ != before;
 }
 
 std::vector<int> ShardState::waiting_for() const {

@@ -24,6 +24,13 @@
 //    clocks behind stays behind — every push of it is late — until the
 //    others slow down. Each chunk picks its own first N (chunks and shards
 //    need not agree on who was late).
+//  - on_worker_failure continue: a worker that fails (fail(): the server saw
+//    it silent past its deadline) or leaves before the others (a goodbye)
+//    no longer holds anything up. A failed worker's pushes of clocks not yet
+//    applied are discarded; from then on a clock is applied once every worker
+//    that can still push it has (up to workers − b of them), on the average
+//    over those: the average is rescaled to the survivors.
+//    workers_changed_at() is the first clock with fewer workers.
 // Memory: bsp/ssp hold up to N·(s+1) pushed gradients (the receive buffers
 // themselves, no copies); the average is written into the first arrived
 // worker's buffer (in worker order).
@@ -85,6 +92,7 @@ struct ShardStateOptions {
   int staleness = 0;  // ssp only
   OptimizerOptions optimizer;
   int backup_workers = 0;  // b (bsp only): a clock aggregates the first workers − b pushes
+  bool continue_on_failure = false;  // ps.on_worker_failure: continue
 };
 
 class ShardState {
@@ -105,7 +113,13 @@ class ShardState {
   // The worker is done after `clock` steps. Throws RequestError (check_leave
   // only checks, so that a goodbye to several chunks is all or nothing).
   void check_leave(int worker, int64_t clock) const;
-  void leave(int worker, int64_t clock);
+  // Returns true if parameters changed (continue: clocks it held up).
+  bool leave(int worker, int64_t clock);
+  // continue only: drops a worker that failed; returns true if parameters changed.
+  bool fail(int worker);
+  bool has_failed(int worker) const { return failed_[worker]; }
+  // The first clock applied without every worker (-1: none yet).
+  int64_t workers_changed_at() const { return workers_changed_at_; }
 
   bool all_left() const { return left_count_ == options_.workers; }
   bool has_left(int worker) const { return left_[worker]; }
@@ -113,8 +127,9 @@ class ShardState {
   // Pushes of `worker` dropped because their clock was already applied.
   int64_t dropped(int worker) const { return dropped_[worker]; }
   bool last_push_dropped() const { return last_push_dropped_; }
-  // The pushes a clock aggregates: workers − backup_workers.
-  int needed() const { return options_.workers - options_.backup_workers; }
+  // The pushes the oldest open clock aggregates: workers − backup_workers,
+  // or under continue as many of them as can still come.
+  int needed() const;
   // Updates applied: clocks under bsp/ssp, pushes under asp.
   int64_t applied() const { return applied_; }
   // Active workers the oldest open clock still waits for (all active ones under asp).
@@ -147,7 +162,9 @@ class ShardState {
   std::vector<int64_t> dropped_;
   bool last_push_dropped_ = false;
   std::vector<char> left_;
+  std::vector<char> failed_;
   int left_count_ = 0;
+  int64_t workers_changed_at_ = -1;
   int64_t applied_ = 0;
 };
 

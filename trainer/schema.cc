@@ -103,6 +103,7 @@ Schema build() {
   s.add({"ps.colocated", T::kBool, "false", "run a shard as a thread in every worker instead of dedicated server ranks"});
   s.add({"ps.consistency", T::kString, "bsp", "consistency model", {"bsp", "ssp", "asp"}});
   s.add({"ps.staleness", T::kInt, "2", "ssp staleness bound s"});
+  s.add({"ps.on_worker_failure", T::kString, "abort", "abort: a worker that dies or goes silent past ps.timeout ends the job; continue: the servers drop it and average over the survivors (docs/ps.md)", {"abort", "continue"}});
   s.add({"ps.backup_workers", T::kInt, "0", "bsp: b of the workers are backups: each clock aggregates the first N - b pushes to arrive and drops the rest (docs/ps.md)"});
   s.add({"ps.interface", T::kString, "auto", "where servers bind and what they advertise: auto (the address that reaches the other ranks' hosts), an interface name, an address, or * (bind all, advertise auto)"});
   s.add({"ps.align_shards", T::kBool, "false", "align shard boundaries to tensor boundaries"});

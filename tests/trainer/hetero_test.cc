@@ -316,6 +316,11 @@ TEST(BackupWorkers, BadCountsAndBackendsAreConfigErrorsNamingTheKey) {
   two.set("ps.backup_workers=1");  // 1 server + 2 workers: N = 1
   EXPECT_NE(train_config_error(3, two).find("ps.backup_workers: b = 1 of 2 workers"),
             std::string::npos);
+  Config dies = small_mlp_config("mpi", 2);
+  dies.set("ps.on_worker_failure=continue");
+  EXPECT_NE(
+      train_config_error(3, dies).find("ps.on_worker_failure: continue needs sync.backend ps"),
+      std::string::npos);
   Config ssp = small_mlp_config("ps", 2);
   ssp.set("ps.backup_workers=1");
   ssp.set("ps.consistency=ssp");

@@ -26,25 +26,8 @@ using testing::grad_value;
 using testing::initial_params;
 using testing::make_grad;
 using testing::owned;
+using testing::reference_of;
 using testing::relative_error;
-
-// `steps` optimizer steps, step t on the double average of the gradients of
-// the workers in first[t].
-std::vector<float> reference_first_n(std::vector<float> params,
-                                     const std::vector<std::set<int>>& first,
-                                     const OptimizerOptions& options) {
-  auto opt = make_optimizer(options, static_cast<int64_t>(params.size()));
-  std::vector<float> avg(params.size());
-  for (size_t t = 0; t < first.size(); ++t) {
-    for (size_t i = 0; i < params.size(); ++i) {
-      double sum = 0;
-      for (int w : first[t]) sum += grad_value(w, static_cast<int64_t>(t), static_cast<int64_t>(i));
-      avg[i] = static_cast<float>(sum / static_cast<double>(first[t].size()));
-    }
-    opt->step(params, avg);
-  }
-  return params;
-}
 
 struct BackupCase {
   int workers, backup;
@@ -84,13 +67,13 @@ TEST_P(BackupWorkers, EachClockAveragesTheFirstNArrivalsAndDropsTheRest) {
   }
   for (int w = 0; w < workers; ++w) EXPECT_EQ(state.dropped(w), dropped[static_cast<size_t>(w)]);
   const std::vector<float> got(state.params().view().begin(), state.params().view().end());
-  EXPECT_LT(relative_error(got, reference_first_n(init, first, opt)), 2e-6);
+  EXPECT_LT(relative_error(got, reference_of(init, first, opt)), 2e-6);
   // The control: averaging all N + b gradients is another result.
   std::vector<std::set<int>> everyone(static_cast<size_t>(steps));
   for (auto& s : everyone)
     for (int w = 0; w < workers; ++w) s.insert(w);
   if (size > 0) {
-    EXPECT_GT(relative_error(got, reference_first_n(init, everyone, opt)), 1e-4);
+    EXPECT_GT(relative_error(got, reference_of(init, everyone, opt)), 1e-4);
   }
 }
 
@@ -121,7 +104,7 @@ TEST(BackupWorkersState, AWorkerTwoClocksBehindIsDroppedAndCatchesUp) {
   state.push(1, 2, owned(make_grad(1, 2, size)));
   EXPECT_TRUE(state.last_push_dropped());
   const std::vector<float> got(state.params().view().begin(), state.params().view().end());
-  EXPECT_LT(relative_error(got, reference_first_n(init, {{0, 1}, {0, 1}, {0, 2}}, testing::sgd())),
+  EXPECT_LT(relative_error(got, reference_of(init, {{0, 1}, {0, 1}, {0, 2}}, testing::sgd())),
             2e-6);
 }
 
@@ -188,8 +171,8 @@ TEST(BackupWorkersJob, ADelayedWorkerIsDroppedEveryStepAndStillPulls) {
     client.close();
   });
   job.join();
-  const std::vector<float> want = reference_first_n(
-      initial_params(size), std::vector<std::set<int>>(steps, {0, 1}), testing::sgd());
+  const std::vector<float> want =
+      reference_of(initial_params(size), std::vector<std::set<int>>(steps, {0, 1}), testing::sgd());
   EXPECT_LT(relative_error(job.params(), want), 2e-6);
   EXPECT_EQ(late_params, job.params());           // the late worker pulled the newest parameters
   const int64_t chunks = (size / 2 + 511) / 512;  // per shard (1500 and 1501 keys)

@@ -20,23 +20,8 @@ using testing::grad_value;
 using testing::initial_params;
 using testing::make_grad;
 using testing::owned;
+using testing::reference_of;
 using testing::relative_error;
-
-std::vector<float> reference(std::vector<float> params, const std::vector<std::set<int>>& workers,
-                             const OptimizerOptions& options) {
-  auto opt = make_optimizer(options, static_cast<int64_t>(params.size()));
-  std::vector<float> avg(params.size());
-  for (size_t t = 0; t < workers.size(); ++t) {
-    for (size_t i = 0; i < params.size(); ++i) {
-      double sum = 0;
-      for (int w : workers[t])
-        sum += grad_value(w, static_cast<int64_t>(t), static_cast<int64_t>(i));
-      avg[i] = static_cast<float>(sum / static_cast<double>(workers[t].size()));
-    }
-    opt->step(params, avg);
-  }
-  return params;
-}
 
 ShardStateOptions continuing(int64_t size, int workers) {
   ShardStateOptions o{{0, size}, workers, Consistency::kBsp, 0, testing::sgd()};
@@ -62,13 +47,15 @@ TEST(WorkerFailure, AFailedWorkersOpenPushIsDiscardedAndTheSurvivorsAverage) {
   EXPECT_EQ(state.workers_changed_at(), 2);
   std::vector<std::set<int>> who(steps, {0, 1});
   who[0] = who[1] = {0, 1, 2};
-  EXPECT_LT(relative_error(params_of(state), reference(initial_params(size), who, testing::sgd())),
-            2e-6);
+  EXPECT_LT(
+      relative_error(params_of(state), reference_of(initial_params(size), who, testing::sgd())),
+      2e-6);
   // The control: keeping worker 2's push of clock 2 is another result.
   std::vector<std::set<int>> kept = who;
   kept[2] = {0, 1, 2};
-  EXPECT_GT(relative_error(params_of(state), reference(initial_params(size), kept, testing::sgd())),
-            1e-4);
+  EXPECT_GT(
+      relative_error(params_of(state), reference_of(initial_params(size), kept, testing::sgd())),
+      1e-4);
 }
 
 TEST(WorkerFailure, AFailureThatCompletesTheOpenClockAppliesIt) {
@@ -78,9 +65,9 @@ TEST(WorkerFailure, AFailureThatCompletesTheOpenClockAppliesIt) {
   state.push(1, 0, owned(make_grad(1, 0, size)));
   EXPECT_TRUE(state.fail(2));
   EXPECT_EQ(state.applied(), 1);
-  EXPECT_LT(
-      relative_error(params_of(state), reference(initial_params(size), {{0, 1}}, testing::sgd())),
-      2e-6);
+  EXPECT_LT(relative_error(params_of(state),
+                           reference_of(initial_params(size), {{0, 1}}, testing::sgd())),
+            2e-6);
 }
 
 TEST(WorkerFailure, AnEarlyGoodbyeHoldsNobodyUpUnderContinueAndFailsTheOthersUnderAbort) {
@@ -92,7 +79,7 @@ TEST(WorkerFailure, AnEarlyGoodbyeHoldsNobodyUpUnderContinueAndFailsTheOthersUnd
   for (int w = 0; w < 2; ++w) state.push(w, 1, owned(make_grad(w, 1, size)));
   EXPECT_EQ(state.applied(), 2);
   EXPECT_LT(relative_error(params_of(state),
-                           reference(initial_params(size), {{0, 1, 2}, {0, 1}}, testing::sgd())),
+                           reference_of(initial_params(size), {{0, 1, 2}, {0, 1}}, testing::sgd())),
             2e-6);
 
   ShardState aborting({{0, size}, 3, Consistency::kBsp, 0, testing::sgd()}, initial_params(size));
@@ -134,7 +121,7 @@ TEST(WorkerFailure, TheServersDropASilentWorkerAndTheSurvivorsFinish) {
   job.join();
   std::vector<std::set<int>> who(steps, {0, 1});
   for (int64_t t = 0; t < dies_after; ++t) who[static_cast<size_t>(t)] = {0, 1, 2};
-  const std::vector<float> want = reference(initial_params(size), who, testing::sgd());
+  const std::vector<float> want = reference_of(initial_params(size), who, testing::sgd());
   EXPECT_LT(relative_error(job.params(), want), 2e-6);
   EXPECT_EQ(got[0], job.params());
   EXPECT_EQ(got[1], job.params());

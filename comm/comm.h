@@ -28,6 +28,9 @@ struct CommCounters {
   int64_t bytes_recv = 0;
   int64_t messages_sent = 0;
   int64_t messages_recv = 0;
+  // A parameter server's backup workers (ps/shard_state.h): this worker's
+  // chunk pushes the servers dropped as late. 0 for every other transport.
+  int64_t pushes_dropped = 0;
 };
 
 class RequestImpl {

@@ -49,8 +49,32 @@ NetModel net_model_from_config(const Config& config) {
   return m;
 }
 
+NetModel net_model_of_rank(const Config& config, int rank, int world_size) {
+  NetModel m = net_model_from_config(config);
+  const std::vector<int64_t> ranks = config.get_int_list("hetero.nic_ranks");
+  if (ranks.empty()) {
+    if (config.has("hetero.nic_bandwidth"))
+      throw ConfigError("hetero.nic_bandwidth is set but hetero.nic_ranks is empty");
+    return m;
+  }
+  if (!config.has("hetero.nic_bandwidth"))
+    throw ConfigError("hetero.nic_ranks: needs hetero.nic_bandwidth");
+  if (!m.enabled())
+    throw ConfigError("hetero.nic_ranks: needs network emulation (set net.bandwidth)");
+  if (m.node_size > 0)
+    throw ConfigError("hetero.nic_ranks: a rank's own NIC needs a one-level network "
+                      "(net.node_size 0); with nodes the NIC is the node's");
+  for (const int64_t r : ranks) {
+    if (r < 0 || r >= world_size)
+      throw ConfigError("hetero.nic_ranks: rank " + std::to_string(r) +
+                        " is outside the world [0, " + std::to_string(world_size) + ")");
+    if (r == rank) m.bandwidth = config.get_bandwidth("hetero.nic_bandwidth");
+  }
+  return m;
+}
+
 NetModel apply_network_model(Comm& comm, const Config& config) {
-  const NetModel m = net_model_from_config(config);
+  const NetModel m = net_model_of_rank(config, comm.rank(), comm.size());
   apply_network_model(comm, m);
   return m;
 }

@@ -57,11 +57,19 @@ struct NetModel {
 // and `net.intra_latency` (off when net.bandwidth is unset).
 NetModel net_model_from_config(const Config& config);
 
+// The model of world rank `rank`: net_model_from_config, with the bandwidth
+// of hetero.nic_bandwidth where hetero.nic_ranks names the rank (a worker's
+// or a PS server's NIC: egress and ingress both, one-level networks only).
+// A ConfigError names a rank outside [0, world_size) and a key without its
+// partner.
+NetModel net_model_of_rank(const Config& config, int rank, int world_size);
+
 class Comm;
 // Gives `comm` (and whatever is split from it later) an emulated NIC when the
-// config enables one; returns the model in force. With net.node_size it also
-// sets the nodes (Comm::set_nodes: rank / node_size), with or without
-// emulation, and under emulation the two levels.
+// config enables one (net_model_of_rank for comm's rank); returns the model
+// in force. With net.node_size it also sets the nodes (Comm::set_nodes:
+// rank / node_size), with or without emulation, and under emulation the two
+// levels.
 NetModel apply_network_model(Comm& comm, const Config& config);
 // The same from a model: every rank of `comm` calls it (the world's ranks
 // of a node then share their NIC).

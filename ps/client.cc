@@ -376,6 +376,7 @@ void Client::handle_reply(Shard& s, std::vector<zmq::message_t>& frames, size_t 
                   to_string(keys));
   s.answered[static_cast<size_t>(chunk)] = 1;
   min_version_ = std::min(min_version_, h.version());
+  if (h.push_dropped()) ++counters_.pushes_dropped;
   if (h.type() != wire::MSG_PARAMS) return;
   const size_t bytes = count == 2 ? frames[1].size() : 0;
   if (h.payload_floats() != keys.size() ||

@@ -55,6 +55,7 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
                       " (run more ranks, or set ps.colocated: true)");
   PsRank me;
   me.workers = options.colocated ? W : W - S;
+  check_backup_workers(options.backup_workers, me.workers, options.consistency);
   me.shard = options.colocated || rank < S ? rank : -1;
   me.worker = options.colocated ? rank : (rank >= S ? rank - S : -1);
 
@@ -102,6 +103,8 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
         so.token = token;
         so.consistency = options.consistency;
         so.staleness = options.staleness;
+        so.backup_workers = options.backup_workers;
+        so.continue_on_failure = options.continue_on_failure;
         so.optimizer = options.optimizer;
         so.timeout_s = options.timeout_s;
         so.bind = me.address.bind;

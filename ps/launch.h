@@ -40,6 +40,8 @@ struct PsOptions {
   bool colocated = false;
   Consistency consistency = Consistency::kBsp;
   int staleness = 2;
+  int backup_workers = 0;
+  bool continue_on_failure = false;  // ps.on_worker_failure: continue  // b (bsp): each clock aggregates the first N − b pushes (ps.backup_workers)
   std::string interface = "auto";  // see ps/address.h
   bool align_shards = false;
   int64_t chunk_bytes = 1 << 20;  // pipelining unit of a push_pull (ps.chunk_bytes)

@@ -38,7 +38,8 @@ Server::Server(const ServerOptions& options, std::span<const float> initial)
     const KeyRange keys = layout_.chunk(c);
     chunks_.push_back(std::make_unique<ShardState>(
         ShardStateOptions{keys, options.workers, options.consistency, options.staleness,
-                          options.optimizer},
+                          options.optimizer, options.backup_workers,
+                          options.continue_on_failure},
         initial.subspan(static_cast<size_t>(keys.begin - options.range.begin),
                         static_cast<size_t>(keys.size()))));
   }
@@ -124,7 +125,10 @@ void Server::run() {
     deliver_in_flight();
     const double now = now_seconds();
     if (counters_.messages_in.load(std::memory_order_relaxed) != before) last_valid = now;
-    if (!done() && now - last_valid > options_.timeout_s) fail_timeout(now - last_valid);
+    if (!done() && now - last_valid > options_.timeout_s) {
+      fail_timeout(now - last_valid);  // throws unless it dropped the silent workers
+      last_valid = now;
+    }
   }
   // Let the last acknowledgements leave before the socket closes.
   socket_.set(zmq::sockopt::linger, kCloseLingerMs);
@@ -228,13 +232,14 @@ void Server::dispatch(zmq::message_t& identity, const wire::Header& h, int chunk
       const std::span<float> data(frame->data<float>(), frame->size() / sizeof(float));
       const int64_t bytes = static_cast<int64_t>(frame->size());
       const bool changed = state.push(worker, h.clock(), Gradient{data, std::move(frame)});
+      const bool dropped = state.last_push_dropped();
       counters_.payload_in.fetch_add(bytes, std::memory_order_relaxed);
       if (changed) snapshot_if_due(chunk);
       if (changed) answer_parked();
       if (h.type() == wire::MSG_PUSH_PULL)
-        pull(identity, h, chunk, h.clock() + 1, layout_.chunk(chunk));
+        pull(identity, h, chunk, h.clock() + 1, layout_.chunk(chunk), dropped);
       else
-        send_ack(identity, h);
+        send_ack(identity, h, dropped);
       break;
     }
     case wire::MSG_PULL:
@@ -244,7 +249,8 @@ void Server::dispatch(zmq::message_t& identity, const wire::Header& h, int chunk
     case wire::MSG_BYE:
       // A goodbye is for the whole shard; every chunk checks it first.
       for (const auto& c : chunks_) c->check_leave(worker, h.clock());
-      for (const auto& c : chunks_) c->leave(worker, h.clock());
+      for (size_t c = 0; c < chunks_.size(); ++c)
+        if (chunks_[c]->leave(worker, h.clock())) snapshot_if_due(static_cast<int>(c));
       send_ack(identity, h);
       answer_parked();  // pulls that needed this worker's pushes now fail
       break;
@@ -252,12 +258,13 @@ void Server::dispatch(zmq::message_t& identity, const wire::Header& h, int chunk
 }
 
 void Server::pull(zmq::message_t& identity, const wire::Header& h, int chunk, int64_t clock,
-                  KeyRange keys) {
+                  KeyRange keys, bool push_dropped) {
   const ShardState& state = *chunks_[chunk];
   if (state.pull_ready(clock)) {
-    send_params(identity, h, chunk, clock, keys);
+    send_params(identity, h, chunk, clock, keys, push_dropped);
     return;
   }
+  PSAR_CHECK(!push_dropped, "ps shard: a dropped push's pull of step ", clock, " is not ready");
   const std::string blocked = state.pull_blocked(clock);
   if (!blocked.empty()) {
     tell_failed(identity, h, blocked);
@@ -284,7 +291,7 @@ void Server::answer_parked() {
 }
 
 void Server::send_params(zmq::message_t& identity, const wire::Header& request, int chunk,
-                         int64_t clock, KeyRange keys) {
+                         int64_t clock, KeyRange keys, bool push_dropped) {
   ShardState& state = *chunks_[chunk];
   wire::Header reply;
   reply.set_type(wire::MSG_PARAMS);
@@ -294,6 +301,7 @@ void Server::send_params(zmq::message_t& identity, const wire::Header& request, 
   reply.set_key_end(keys.end);
   reply.set_payload_floats(keys.size());
   reply.set_version(state.applied());
+  reply.set_push_dropped(push_dropped);
   zmq::message_t payload;
   if (keys.size() > 0) {
     // Zero-copy: the frame references the chunk's buffer until ZeroMQ is done with it.
@@ -307,7 +315,7 @@ void Server::send_params(zmq::message_t& identity, const wire::Header& request, 
   send_reply(identity, reply, &payload);
 }
 
-void Server::send_ack(zmq::message_t& identity, const wire::Header& request) {
+void Server::send_ack(zmq::message_t& identity, const wire::Header& request, bool push_dropped) {
   wire::Header ack;
   ack.set_type(wire::MSG_ACK);
   ack.set_worker(request.worker());
@@ -315,6 +323,7 @@ void Server::send_ack(zmq::message_t& identity, const wire::Header& request) {
   ack.set_key_begin(request.key_begin());
   ack.set_key_end(request.key_end());
   ack.set_version(applied());
+  ack.set_push_dropped(push_dropped);
   send_reply(identity, ack, nullptr);
 }
 
@@ -372,6 +381,20 @@ void Server::fail_timeout(double idle_s) {
   for (const auto& c : chunks_)
     if (c->applied() < oldest->applied()) oldest = c.get();
   const std::vector<int> waiting = oldest->waiting_for();
+  if (options_.continue_on_failure && !waiting.empty()) {
+    // Drop the silent workers everywhere; the survivors' clocks go on.
+    PSAR_LOG(kWarn, "ps", name() << ": no request for " << idle_s << " s; dropping worker(s) "
+                                 << list(waiting) << " at clock " << oldest->applied()
+                                 << " (ps.on_worker_failure: continue)");
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      bool changed = false;
+      for (const int w : waiting)
+        if (!chunks_[c]->has_left(w)) changed = chunks_[c]->fail(w) || changed;
+      if (changed) snapshot_if_due(static_cast<int>(c));
+    }
+    answer_parked();
+    return;
+  }
   if (!parked_.empty())
     text += "clock " + std::to_string(oldest->applied()) + " waits for the pushes of worker(s) " +
             list(waiting);

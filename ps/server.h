@@ -66,6 +66,11 @@ struct ServerOptions {
   Consistency consistency = Consistency::kBsp;
   int staleness = 2;
   OptimizerOptions optimizer;
+  int backup_workers = 0;  // b: a clock aggregates the first workers − b pushes (bsp)
+  // ps.on_worker_failure continue: workers silent past timeout_s while a
+  // clock waits for them are dropped (ShardState::fail) instead of ending
+  // the job; an early goodbye holds nobody up.
+  bool continue_on_failure = false;
   double timeout_s = 60.0;
   std::string bind = "127.0.0.1";  // see bind_endpoint()
   std::string advertise;           // host named in endpoint() ("" = the bound one)
@@ -100,6 +105,7 @@ struct PsCounters {
   int64_t messages_out = 0;
   int64_t rejected = 0;
   int64_t refused = 0;
+  int64_t pushes_dropped = 0;  // client: its chunk pushes the servers dropped as late (backup workers)
 };
 
 class Server {
@@ -155,16 +161,19 @@ class Server {
   double deliver_in_flight();
   void dispatch(zmq::message_t& identity, const wire::Header& h, int chunk,
                 zmq::message_t* payload);
+  // push_dropped: the push of a push_pull was dropped (its pull is always ready).
   void pull(zmq::message_t& identity, const wire::Header& h, int chunk, int64_t clock,
-            KeyRange keys);
+            KeyRange keys, bool push_dropped = false);
   void answer_parked();
   void send_params(zmq::message_t& identity, const wire::Header& request, int chunk, int64_t clock,
-                   KeyRange keys);
-  void send_ack(zmq::message_t& identity, const wire::Header& request);
+                   KeyRange keys, bool push_dropped = false);
+  void send_ack(zmq::message_t& identity, const wire::Header& request, bool push_dropped = false);
   void send_reply(zmq::message_t& identity, wire::Header& reply, zmq::message_t* payload);
   void send_error(zmq::message_t& identity, const wire::Header* request, wire::Status status,
                   const std::string& text);
-  [[noreturn]] void fail_timeout(double idle_s);
+  // Throws TimeoutError naming the silent workers, unless under continue it
+  // dropped them (then the survivors go on).
+  void fail_timeout(double idle_s);
   void tell_failed(zmq::message_t& identity, const wire::Header& request, const std::string& why);
   bool done() const;  // every worker left, or left or told the job failed
   std::string name() const;

@@ -89,17 +89,23 @@ ShardState::ShardState(const ShardStateOptions& options, std::span<const float> 
       params_(initial),
       optimizer_(make_optimizer(options.optimizer, options.range.size())),
       pushed_(static_cast<size_t>(options.workers), 0),
+      dropped_(static_cast<size_t>(options.workers), 0),
       left_(static_cast<size_t>(options.workers), 0),
-      behind_at_leave_(static_cast<size_t>(options.workers)) {
+      behind_at_leave_(static_cast<size_t>(options.workers)),
+      failed_(static_cast<size_t>(options.workers), 0) {
   PSAR_CHECK(options.workers >= 1, "ps shard: need at least one worker");
   PSAR_CHECK(static_cast<int64_t>(initial.size()) == options.range.size(),
              "ps shard: initial parameters hold ", initial.size(), " floats, range ",
              to_string(options.range), " needs ", options.range.size());
   if (options.staleness < 0)
     throw ConfigError("ps.staleness: must be >= 0, got " + std::to_string(options.staleness));
+  check_backup_workers(options.backup_workers, options.workers, options.consistency);
   if (options.consistency != Consistency::kAsp) {
     slots_.resize(static_cast<size_t>(lag()) + 1);
-    for (auto& s : slots_) s.grads.resize(static_cast<size_t>(options.workers));
+    for (auto& s : slots_) {
+      s.grads.resize(static_cast<size_t>(options.workers));
+      s.arrived.resize(static_cast<size_t>(options.workers), 0);
+    }
   }
 }
 
@@ -117,8 +123,24 @@ void ShardState::check_worker(int worker) const {
                        "worker " + std::to_string(worker) + " has already left");
 }
 
+void check_backup_workers(int backup, int workers, Consistency consistency) {
+  if (backup == 0) return;
+  if (backup < 0)
+    throw ConfigError("ps.backup_workers: must be >= 0, got " + std::to_string(backup));
+  if (consistency != Consistency::kBsp)
+    throw ConfigError(std::string("ps.backup_workers needs ps.consistency: bsp (got ") +
+                      to_string(consistency) + "; ssp and asp never wait for all workers)");
+  if (backup >= workers - backup)
+    throw ConfigError("ps.backup_workers: b = " + std::to_string(backup) + " of " +
+                      std::to_string(workers) + " workers leaves N = " +
+                      std::to_string(workers - backup) +
+                      " aggregated per clock; b must be < N (at most " +
+                      std::to_string((workers - 1) / 2) + " here)");
+}
+
 bool ShardState::push(int worker, int64_t clock, Gradient grad) {
   check_worker(worker);
+  last_push_dropped_ = false;
   PSAR_CHECK(static_cast<int64_t>(grad.data.size()) == options_.range.size(), "ps shard: push of ",
              grad.data.size(), " floats into ", to_string(options_.range));
   if (clock != pushed_[worker])
@@ -139,8 +161,15 @@ bool ShardState::push(int worker, int64_t clock, Gradient grad) {
                        "worker " + std::to_string(worker) + " pushed clock " +
                            std::to_string(clock) + " but only " + std::to_string(applied_) +
                            " clocks are applied (staleness bound " + std::to_string(lag()) + ")");
+  if (clock < applied_) {  // backup workers: the clock went ahead without this push
+    ++pushed_[worker];
+    ++dropped_[worker];
+    last_push_dropped_ = true;
+    return false;
+  }
   Slot& slot = slots_[static_cast<size_t>(clock) % slots_.size()];
   slot.grads[worker] = std::move(grad);
+  slot.arrived[worker] = 1;
   ++slot.count;
   ++pushed_[worker];
   const int64_t before = applied_;
@@ -148,16 +177,34 @@ bool ShardState::push(int worker, int64_t clock, Gradient grad) {
   return applied_ != before;
 }
 
+int ShardState::needed() const {
+  const int n = options_.workers - options_.backup_workers;
+  if (!options_.continue_on_failure) return n;
+  int can = 0;  // workers that pushed the oldest open clock or still may
+  for (int w = 0; w < options_.workers; ++w)
+    if (!failed_[w] && (!left_[w] || pushed_[w] > applied_)) ++can;
+  return std::min(n, can);
+}
+
 void ShardState::apply_complete_clocks() {
+  if (options_.consistency == Consistency::kAsp) return;
   for (;;) {
     Slot& slot = slots_[static_cast<size_t>(applied_) % slots_.size()];
-    if (slot.count < options_.workers) return;
+    const int need = needed();
+    if (need == 0 || slot.count < need) return;
+    if (need < options_.workers - options_.backup_workers && workers_changed_at_ < 0)
+      workers_changed_at_ = applied_;
     std::vector<const float*> inputs;
-    for (const auto& g : slot.grads) inputs.push_back(g.data.data());
-    std::span<float> avg = slot.grads[0].data;
+    std::span<float> avg;
+    for (size_t w = 0; w < slot.grads.size(); ++w) {
+      if (!slot.arrived[w]) continue;
+      if (inputs.empty()) avg = slot.grads[w].data;
+      inputs.push_back(slot.grads[w].data.data());
+    }
     average_gradients(avg, inputs);
     optimizer_->step(params_.writable(), avg);
     for (auto& g : slot.grads) g = {};
+    std::fill(slot.arrived.begin(), slot.arrived.end(), 0);
     slot.count = 0;
     ++applied_;
   }
@@ -178,9 +225,16 @@ bool ShardState::pull_ready(int64_t clock) const {
 
 std::string ShardState::pull_blocked(int64_t clock) const {
   if (options_.consistency == Consistency::kAsp) return {};
+  if (options_.continue_on_failure)
+    return needed() > 0 ? std::string()
+                        : "every worker that could push clock " + std::to_string(applied_) +
+                              " has left or failed";
   const int64_t needed = clock - lag();  // clocks that must be applied
-  for (int w = 0; w < options_.workers; ++w)
-    if (left_[w] && pushed_[w] < needed)
+  // Each clock can spare the pushes of b workers (backup workers).
+  int short_of = 0;
+  for (int w = 0; w < options_.workers; ++w) {
+    if (!left_[w] || pushed_[w] >= needed) continue;
+    if (++short_of > options_.backup_workers)
       return "worker " + std::to_string(w) + " left after " + std::to_string(pushed_[w]) +
              " steps" +
              (behind_at_leave_[w].empty()
@@ -188,6 +242,7 @@ std::string ShardState::pull_blocked(int64_t clock) const {
                   : " while it waited for " + behind_at_leave_[w] +
                         " (a worker stopped or slowed there made it give up)") +
              "; clock " + std::to_string(pushed_[w]) + " can never complete";
+  }
   return {};
 }
 
@@ -200,7 +255,7 @@ void ShardState::check_leave(int worker, int64_t clock) const {
                                                    std::to_string(pushed_[worker]));
 }
 
-void ShardState::leave(int worker, int64_t clock) {
+bool ShardState::leave(int worker, int64_t clock) {
   check_leave(worker, clock);
   std::string behind;
   for (int w = 0; w < options_.workers; ++w)
@@ -210,6 +265,26 @@ void ShardState::leave(int worker, int64_t clock) {
   behind_at_leave_[static_cast<size_t>(worker)] = behind;
   left_[worker] = 1;
   ++left_count_;
+  const int64_t before = applied_;
+  if (options_.continue_on_failure) apply_complete_clocks();
+  return applied_ != before;
+}
+
+bool ShardState::fail(int worker) {
+  PSAR_CHECK(options_.continue_on_failure, "ps shard: fail() needs on_worker_failure continue");
+  check_worker(worker);
+  left_[worker] = 1;
+  failed_[worker] = 1;
+  ++left_count_;
+  for (Slot& slot : slots_)  // its pushes of clocks not yet applied
+    if (slot.arrived[static_cast<size_t>(worker)]) {
+      slot.arrived[static_cast<size_t>(worker)] = 0;
+      slot.grads[static_cast<size_t>(worker)] = {};
+      --slot.count;
+    }
+  const int64_t before = applied_;
+  apply_complete_clocks();
+  return applied_ != before;
 }
 
 std::vector<int> ShardState::waiting_for() const {

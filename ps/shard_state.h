@@ -15,8 +15,25 @@
 //    run s clocks ahead of the slowest. ssp with s = 0 is bsp.
 //  - asp: every push is applied at once as its own optimizer step on
 //    gradient/N; pulls never wait.
+//  - bsp with b backup workers (Chen et al. 2016, "Revisiting distributed
+//    synchronous SGD"): of the `workers` = N + b workers, clock c is applied
+//    as soon as the first N pushes of c have arrived, on their average (sum in
+//    worker order, times 1/N); a push of a clock already applied is dropped
+//    (counted in dropped(worker)) and the worker goes on: its pull of the next
+//    step is answered with the newest parameters. A worker that falls two
+//    clocks behind stays behind — every push of it is late — until the
+//    others slow down. Each chunk picks its own first N (chunks and shards
+//    need not agree on who was late).
+//  - on_worker_failure continue: a worker that fails (fail(): the server saw
+//    it silent past its deadline) or leaves before the others (a goodbye)
+//    no longer holds anything up. A failed worker's pushes of clocks not yet
+//    applied are discarded; from then on a clock is applied once every worker
+//    that can still push it has (up to workers − b of them), on the average
+//    over those: the average is rescaled to the survivors.
+//    workers_changed_at() is the first clock with fewer workers.
 // Memory: bsp/ssp hold up to N·(s+1) pushed gradients (the receive buffers
-// themselves, no copies); the average is written into worker 0's buffer.
+// themselves, no copies); the average is written into the first arrived
+// worker's buffer (in worker order).
 
 #include <atomic>
 #include <cstdint>
@@ -34,6 +51,9 @@ enum class Consistency { kBsp, kSsp, kAsp };
 // Throws ConfigError naming the choices.
 Consistency parse_consistency(const std::string& name);
 const char* to_string(Consistency c);
+// ps.backup_workers = `backup` of `workers` under `consistency`: a
+// ConfigError unless 0, or bsp with 0 < b < N = workers − b.
+void check_backup_workers(int backup, int workers, Consistency consistency);
 
 // The shard's parameters, shared with zero-copy replies still in flight:
 // writes go in place when no reply references the buffer, otherwise to a
@@ -71,6 +91,8 @@ struct ShardStateOptions {
   Consistency consistency = Consistency::kBsp;
   int staleness = 0;  // ssp only
   OptimizerOptions optimizer;
+  int backup_workers = 0;  // b (bsp only): a clock aggregates the first workers − b pushes
+  bool continue_on_failure = false;  // ps.on_worker_failure: continue
 };
 
 class ShardState {
@@ -79,6 +101,8 @@ class ShardState {
 
   // Worker `worker`'s gradient of step `clock` over the whole shard. Returns
   // true if parameters changed. Throws RequestError (bad worker or clock).
+  // With backup workers a push of a clock already applied is dropped
+  // (last_push_dropped() says so until the next push).
   bool push(int worker, int64_t clock, Gradient grad);
   // Throws RequestError if `worker` may not ask for the parameters of step `clock`.
   void check_pull(int worker, int64_t clock) const;
@@ -89,11 +113,23 @@ class ShardState {
   // The worker is done after `clock` steps. Throws RequestError (check_leave
   // only checks, so that a goodbye to several chunks is all or nothing).
   void check_leave(int worker, int64_t clock) const;
-  void leave(int worker, int64_t clock);
+  // Returns true if parameters changed (continue: clocks it held up).
+  bool leave(int worker, int64_t clock);
+  // continue only: drops a worker that failed; returns true if parameters changed.
+  bool fail(int worker);
+  bool has_failed(int worker) const { return failed_[worker]; }
+  // The first clock applied without every worker (-1: none yet).
+  int64_t workers_changed_at() const { return workers_changed_at_; }
 
   bool all_left() const { return left_count_ == options_.workers; }
   bool has_left(int worker) const { return left_[worker]; }
   int64_t pushed(int worker) const { return pushed_[worker]; }
+  // Pushes of `worker` dropped because their clock was already applied.
+  int64_t dropped(int worker) const { return dropped_[worker]; }
+  bool last_push_dropped() const { return last_push_dropped_; }
+  // The pushes the oldest open clock aggregates: workers − backup_workers,
+  // or under continue as many of them as can still come.
+  int needed() const;
   // Updates applied: clocks under bsp/ssp, pushes under asp.
   int64_t applied() const { return applied_; }
   // Active workers the oldest open clock still waits for (all active ones under asp).
@@ -111,6 +147,7 @@ class ShardState {
  private:
   struct Slot {
     std::vector<Gradient> grads;  // by worker
+    std::vector<char> arrived;    // by worker
     int count = 0;
   };
   int64_t lag() const;  // how many clocks a pull may run ahead: s, or 0 for bsp
@@ -122,11 +159,15 @@ class ShardState {
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<Slot> slots_;  // clock c lives in slots_[c % slots_.size()]
   std::vector<int64_t> pushed_;
+  std::vector<int64_t> dropped_;
+  bool last_push_dropped_ = false;
   std::vector<char> left_;
   // [w] for a worker that left: the workers still active that had pushed
   // fewer steps than it then — what it was waiting for when it gave up.
   std::vector<std::string> behind_at_leave_;
+  std::vector<char> failed_;
   int left_count_ = 0;
+  int64_t workers_changed_at_ = -1;
   int64_t applied_ = 0;
 };
 

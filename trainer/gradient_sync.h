@@ -105,6 +105,9 @@ struct SyncEntry {
   // Whether it can sync one slice of a model cut by tensor or pipeline
   // parallelism over that slice's data-parallel group.
   bool model_parallel;
+  // Whether it can go on without some workers: the b slowest of each step
+  // (ps.backup_workers) and failed ones (ps.on_worker_failure: continue).
+  bool drops_workers = false;
 };
 
 // What the trainer plans with before any backend is built: the registry
@@ -113,6 +116,9 @@ struct SyncCapabilities {
   int server_ranks = 0;
   bool model_parallel = true;
 };
+// A ConfigError for ps.backup_workers or ps.on_worker_failure: continue on a
+// backend that cannot drop workers (every allreduce: a collective has no
+// "first N to arrive", and a dead rank stalls every rank's result).
 SyncCapabilities sync_capabilities(const std::string& name, const Config& config);
 
 // Backends other than the allreduce algorithms (which are all available by

@@ -86,6 +86,7 @@ CommCounters PsSync::counters() const {
   out.bytes_recv = c.payload_bytes_in;
   out.messages_sent = c.messages_out;
   out.messages_recv = c.messages_in;
+  out.pushes_dropped = c.pushes_dropped;
   return out;
 }
 
@@ -99,6 +100,8 @@ ps::PsOptions ps_options(const Config& config, const OptimizerOptions& optimizer
   o.colocated = config.get_bool("ps.colocated");
   o.consistency = ps::parse_consistency(config.get_string("ps.consistency"));
   o.staleness = static_cast<int>(config.get_int("ps.staleness"));
+  o.backup_workers = static_cast<int>(config.get_int("ps.backup_workers"));
+  o.continue_on_failure = config.get_string("ps.on_worker_failure") == "continue";
   if (o.staleness < 0)
     throw ConfigError("ps.staleness: must be >= 0, got " + std::to_string(o.staleness));
   o.interface = config.get_string("ps.interface");

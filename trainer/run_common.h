@@ -47,6 +47,8 @@ struct StepRow {
   double epoch, loss, step_s, compute_s, sync_s;
   int64_t bytes_sent, bytes_recv, messages;
   double exposed_sync_s;  // the part of the sync the step waited for after the backward
+  double injected_s = 0;       // delay injected after the compute (trainer/hetero.h)
+  int64_t pushes_dropped = 0;  // chunk pushes the PS dropped as late (ps.backup_workers)
 };
 
 // The evaluation split: calls fn(batch) for the test rows of data-parallel

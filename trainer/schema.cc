@@ -119,6 +119,8 @@ Schema build() {
   s.add({"ps.colocated", T::kBool, "false", "run a shard as a thread in every worker instead of dedicated server ranks"});
   s.add({"ps.consistency", T::kString, "bsp", "consistency model", {"bsp", "ssp", "asp"}});
   s.add({"ps.staleness", T::kInt, "2", "ssp staleness bound s"});
+  s.add({"ps.on_worker_failure", T::kString, "abort", "abort: a worker that dies or goes silent past ps.timeout ends the job; continue: the servers drop it and average over the survivors (docs/ps.md)", {"abort", "continue"}});
+  s.add({"ps.backup_workers", T::kInt, "0", "bsp: b of the workers are backups: each clock aggregates the first N - b pushes to arrive and drops the rest (docs/ps.md)"});
   s.add({"ps.interface", T::kString, "auto", "where servers bind and what they advertise: auto (the address that reaches the other ranks' hosts), an interface name, an address, or * (bind all, advertise auto)"});
   s.add({"ps.align_shards", T::kBool, "false", "align shard boundaries to tensor boundaries"});
   s.add({"ps.chunk_bytes", T::kBytes, "1M", "pipelining unit: a push_pull streams each shard in messages of this size"});
@@ -132,6 +134,17 @@ Schema build() {
   s.add({"net.node_size", T::kInt, "0", "ranks per node: a two-level network (net.bandwidth/latency: the node's NIC shared by its ranks) and the nodes of the hierarchical allreduce; 0 = one level"});
   s.add({"net.intra_bandwidth", T::kBandwidth, "", "bandwidth of each rank's links inside a node (unset = not limited)"});
   s.add({"net.intra_latency", T::kDuration, "0us", "per-message latency inside a node"});
+
+  // hetero: injected heterogeneity, seeded and recorded (trainer/hetero.h, docs/config.md)
+  s.add({"hetero.seed", T::kInt, "1", "seed of the random per-step delays (each rank its own Philox stream)"});
+  s.add({"hetero.slow_ranks", T::kIntList, "[]", "world ranks whose compute is slow_factor times as long (a sleep of (factor - 1) x the step's compute)"});
+  s.add({"hetero.slow_factor", T::kFloat, "1", "compute slowdown of hetero.slow_ranks (>= 1)"});
+  s.add({"hetero.delay.distribution", T::kString, "none", "random delay after each step's compute", {"none", "fixed", "exponential", "pareto"}});
+  s.add({"hetero.delay.mean", T::kDuration, "0s", "mean of the random delay"});
+  s.add({"hetero.delay.pareto_shape", T::kFloat, "2", "pareto: tail index alpha (> 1; heavier tail as it nears 1)"});
+  s.add({"hetero.delay.ranks", T::kIntList, "[]", "world ranks that draw delays ([] = every rank)"});
+  s.add({"hetero.nic_ranks", T::kIntList, "[]", "world ranks (workers or PS servers) whose emulated NIC runs at hetero.nic_bandwidth instead of net.bandwidth"});
+  s.add({"hetero.nic_bandwidth", T::kBandwidth, "", "bandwidth of hetero.nic_ranks' NICs (needs net.bandwidth, one-level network)"});
 
   // cluster and simulate: the modelled cluster of `psar simulate` and `psar plan` (docs/simulate.md)
   s.add({"cluster.nodes", T::kInt, "1", "simulate: nodes"});

@@ -19,7 +19,7 @@ int no_server_ranks(const Config&) { return 0; }
 // Backends beyond the allreduce algorithms; one line each.
 constexpr SyncEntry kBackends[] = {
     {"ps", &make_ps_sync, "ZeroMQ sharded parameter server (ps.servers, ps.consistency, ...)",
-     &ps_server_ranks, /*model_parallel=*/false},
+     &ps_server_ranks, /*model_parallel=*/false, /*drops_workers=*/true},
     {"auto", &make_tuned_sync,
      "per message size, the allreduce the tuning table (sync.tuning, psar tune) predicts fastest",
      &no_server_ranks, /*model_parallel=*/true},
@@ -47,9 +47,25 @@ std::vector<std::string> sync_names() {
 }
 
 SyncCapabilities sync_capabilities(const std::string& name, const Config& config) {
+  bool drops_workers = false;
+  SyncCapabilities caps;
   for (const auto& e : entries())
-    if (name == e.name) return {e.server_ranks(config), e.model_parallel};
-  return {};
+    if (name == e.name) {
+      caps = {e.server_ranks(config), e.model_parallel};
+      drops_workers = e.drops_workers;
+    }
+  if (config.get_string("ps.on_worker_failure") == "continue" && !drops_workers)
+    throw ConfigError("ps.on_worker_failure: continue needs sync.backend ps; " + name +
+                      " is an allreduce, a collective in which every rank's result waits for "
+                      "every rank, so it cannot go on without a dead one (use "
+                      "train.checkpoint_every and psar train --resume)");
+  if (config.get_int("ps.backup_workers") != 0 && !drops_workers)
+    throw ConfigError("ps.backup_workers: sync.backend " + name +
+                      " cannot spare backup workers: an allreduce is a collective in which "
+                      "every rank's contribution is part of every result, so there are no "
+                      "\"first N gradients to arrive\" to keep (use sync.backend: ps with "
+                      "ps.consistency: bsp)");
+  return caps;
 }
 
 SyncSetup make_gradient_sync(const std::string& name, SyncInit& init) {

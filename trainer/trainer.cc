@@ -24,6 +24,7 @@
 #include "trainer/axes.h"
 #include "trainer/checkpoint.h"
 #include "trainer/gradient_sync.h"
+#include "trainer/hetero.h"
 #include "trainer/model_parts.h"
 #include "trainer/overlap.h"
 #include "trainer/pipeline_meter.h"
@@ -276,6 +277,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   world.set_timeout(config.get_duration("sync.timeout"));
   check_agreement(world, config, options.out_dir);
   const NetModel network = apply_network_model(world, config);
+  const HeteroPlan hetero = HeteroPlan::from_config(config, world.size());
 
   // ---- data, steps, the grid: everything checked before any work ------------
   const DatasetPair data = load_dataset(config);
@@ -559,6 +561,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
                        sync0 = sync.counters();
     if (overlap) overlap->begin_step();
     const pp::StageRun run = executor.run();
+    const double injected_s = inject_delay(hetero, world.rank(), step, run.compute_s, tracer);
     const TpCounters tp1 = tp.counters;
     const CommCounters tpc1 = grid->tp().counters(), pipe1 = pipeline.counters();
     // The finalize step: tied parameters over their pair, then the
@@ -628,7 +631,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
              sync1.bytes_recv - sync0.bytes_recv,
          axis.tp_messages + pipe1.messages_sent - pipe0.messages_sent + sync1.messages_sent -
              sync0.messages_sent,
-         exposed_s},
+         exposed_s, injected_s, sync1.pushes_dropped - sync0.pushes_dropped},
         axis);
 
     // Whether this step is the last: the plan's, train.exit_at_step, or a

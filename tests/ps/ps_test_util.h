@@ -13,6 +13,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "core/timer.h"
 #include "ps/client.h"
 #include "ps/server.h"
+#include "ps/shard_state.h"
 #include "ps/sharding.h"
 #include "ps/zmq_util.h"
 
@@ -56,28 +58,46 @@ inline std::vector<float> make_grad(int worker, int64_t step, int64_t size) {
   return g;
 }
 
+// A pushed gradient that owns its values.
+inline Gradient owned(std::vector<float> values) {
+  auto holder = std::make_shared<std::vector<float>>(std::move(values));
+  return {std::span<float>(*holder), holder};
+}
+
 inline std::vector<float> initial_params(int64_t size) {
   std::vector<float> p(static_cast<size_t>(size));
   for (int64_t i = 0; i < size; ++i) p[static_cast<size_t>(i)] = Philox::normal(3, 0, i);
   return p;
 }
 
-// BSP: `steps` optimizer steps, each on the double-precision average of the
-// workers' gradients of that step.
-inline std::vector<float> reference_bsp(std::vector<float> params, int workers, int64_t steps,
-                                        const OptimizerOptions& options) {
-  const int64_t size = static_cast<int64_t>(params.size());
-  auto opt = make_optimizer(options, size);
+// `workers.size()` optimizer steps, step t on the double-precision average
+// of the gradients of the workers in workers[t] (backup workers keep the
+// first N arrivals, a failure leaves the survivors).
+inline std::vector<float> reference_of(std::vector<float> params,
+                                       const std::vector<std::set<int>>& workers,
+                                       const OptimizerOptions& options) {
+  auto opt = make_optimizer(options, static_cast<int64_t>(params.size()));
   std::vector<float> avg(params.size());
-  for (int64_t t = 0; t < steps; ++t) {
-    for (int64_t i = 0; i < size; ++i) {
+  for (size_t t = 0; t < workers.size(); ++t) {
+    for (size_t i = 0; i < params.size(); ++i) {
       double sum = 0;
-      for (int w = 0; w < workers; ++w) sum += grad_value(w, t, i);
-      avg[static_cast<size_t>(i)] = static_cast<float>(sum / workers);
+      for (int w : workers[t])
+        sum += grad_value(w, static_cast<int64_t>(t), static_cast<int64_t>(i));
+      avg[i] = static_cast<float>(sum / static_cast<double>(workers[t].size()));
     }
     opt->step(params, avg);
   }
   return params;
+}
+
+// BSP: `steps` optimizer steps, each on the double-precision average of the
+// workers' gradients of that step.
+inline std::vector<float> reference_bsp(std::vector<float> params, int workers, int64_t steps,
+                                        const OptimizerOptions& options) {
+  std::set<int> all;
+  for (int w = 0; w < workers; ++w) all.insert(w);
+  return reference_of(std::move(params), std::vector<std::set<int>>(static_cast<size_t>(steps), all),
+                      options);
 }
 
 // max |a - b| over max |b| (1 if b is all zeros): one number for a whole vector.

@@ -20,12 +20,8 @@ using testing::grad_value;
 using testing::initial_params;
 using testing::make_grad;
 using testing::reference_bsp;
+using testing::owned;
 using testing::relative_error;
-
-Gradient owned(std::vector<float> values) {
-  auto holder = std::make_shared<std::vector<float>>(std::move(values));
-  return {std::span<float>(*holder), holder};
-}
 
 ShardStateOptions shard(int64_t size, int workers, Consistency c = Consistency::kBsp,
                         int staleness = 0, OptimizerOptions o = testing::sgd()) {

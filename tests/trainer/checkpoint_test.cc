@@ -204,8 +204,8 @@ TEST_F(Checkpoints, AResumedStepLogKeepsTheRowsUpToTheCheckpointAndDropsACutLine
   // What a run killed after its checkpoint at step 2 left: rows 1..3 and a
   // line cut short inside its last append.
   const std::string steps = (dir_ / "steps.csv").string();
-  std::ofstream(steps) << kStepsCsvHeader << "0,1,0.1,9,0,0,0,0,0,0,0\n0,2,0.2,8,0,0,0,0,0,0,0\n"
-                       << "0,3,0.3,7,0,0,0,0,0,0,0\n0,4,0.";
+  std::ofstream(steps) << kStepsCsvHeader << "0,1,0.1,9,0,0,0,0,0,0,0,0,0\n0,2,0.2,8,0,0,0,0,0,0,0,0,0\n"
+                       << "0,3,0.3,7,0,0,0,0,0,0,0,0,0\n0,4,0.";
   run_inproc(1, [&](Comm& c) {
     StepLog log(c, c, GridShape{}, GridCoord{}, {dir_.string(), false, 2});
     StepRow row{3, 0.3, 6.5, 0, 0, 0, 0, 0, 0, 0};
@@ -214,8 +214,8 @@ TEST_F(Checkpoints, AResumedStepLogKeepsTheRowsUpToTheCheckpointAndDropsACutLine
     EXPECT_EQ(log.losses(), std::vector<double>{6.5});
   });
   EXPECT_EQ(read(steps), std::string(kStepsCsvHeader) +
-                             "0,1,0.1,9,0,0,0,0,0,0,0\n0,2,0.2,8,0,0,0,0,0,0,0\n"
-                             "0,3,0.300000,6.5,0,0,0,0,0,0,0\n");
+                             "0,1,0.1,9,0,0,0,0,0,0,0,0,0\n0,2,0.2,8,0,0,0,0,0,0,0,0,0\n"
+                             "0,3,0.300000,6.5,0,0,0,0,0,0,0,0,0\n");
   EXPECT_TRUE(fs::exists(dir_ / "axes.csv"));
   EXPECT_TRUE(fs::exists(dir_ / "eval.csv"));
 }

@@ -78,7 +78,7 @@ TEST_F(Cli, AGoodConfigRunsAndWritesItsFiles) {
   std::getline(in, header);
   EXPECT_EQ(header,
             "rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages,"
-            "exposed_sync_s");
+            "exposed_sync_s,injected_s,pushes_dropped");
   std::ifstream summary(dir_ / "run" / "summary.csv");
   std::getline(summary, header);
   std::string row;
@@ -251,6 +251,50 @@ TEST_F(Cli, AWorldSizeTheConfigCannotUseIsRejected) {
                         PSAR_BIN + " train " + config(kGood) + " --out " + out);
   EXPECT_NE(o.code, 0);
   EXPECT_THAT(o.output, HasSubstr("train.batch_size 16 is not divisible by d·m = 3·1 = 3 (3 data-parallel replicas"));
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(Cli, BackupWorkersUnderMpirunDropExactlyBPushesPerStep) {
+  // 1 shard + 3 workers, b = 1, world rank 3 (worker 2) three times slow:
+  // every step exactly one push is dropped (one chunk), whoever was late.
+  const std::string out = (dir_ / "run").string();
+  const Outcome o = run(std::string(PSAR_MPIRUN) + " --allow-run-as-root --oversubscribe -np 4 " +
+                        PSAR_BIN + " train " + config(kGood) + " --out " + out +
+                        " --set sync.backend=ps --set train.batch_size=48 --set train.steps=12"
+                        " --set ps.backup_workers=1 --set hetero.slow_ranks=[3]"
+                        " --set hetero.slow_factor=3");
+  ASSERT_EQ(o.code, 0) << o.output;
+  std::ifstream in(dir_ / "run" / "steps.csv");
+  std::string line;
+  std::getline(in, line);
+  ASSERT_THAT(line, HasSubstr(",injected_s,pushes_dropped"));
+  int rows = 0;
+  long dropped = 0;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
+    ASSERT_EQ(cells.size(), 13u) << line;
+    const double compute = std::stod(cells[5]), injected = std::stod(cells[11]);
+    if (cells[0] == "2") {
+      EXPECT_NEAR(injected, 2 * compute, 1e-8 * compute) << line;
+    } else {
+      EXPECT_EQ(injected, 0) << line;
+    }
+    dropped += std::stol(cells[12]);
+    ++rows;
+  }
+  EXPECT_EQ(rows, 36);
+  EXPECT_EQ(dropped, 12);
+}
+
+TEST_F(Cli, AHeteroRankOutsideTheWorldIsRejected) {
+  const std::string out = (dir_ / "run").string();
+  const Outcome o = run(std::string(PSAR_MPIRUN) + " --allow-run-as-root --oversubscribe -np 2 " +
+                        PSAR_BIN + " train " + config(kGood) + " --out " + out +
+                        " --set hetero.slow_ranks=[2]");
+  EXPECT_NE(o.code, 0);
+  EXPECT_THAT(o.output, HasSubstr("hetero.slow_ranks: rank 2 is outside the world [0, 2)"));
   EXPECT_FALSE(fs::exists(out));
 }
 

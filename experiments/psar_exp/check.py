@@ -16,6 +16,8 @@ a new folder says how it is produced.
 import importlib.util
 import os
 import re
+import subprocess
+import sys
 
 from psar_exp import ROOT, report, runner
 from psar_exp.io import write_text
@@ -55,6 +57,20 @@ def script(name, **kw):
         spec.loader.exec_module(module)
         return module.regenerate(folder, results, **kw)
     regenerate.how = f"experiments/{name}.py regenerate()"
+    return regenerate
+
+
+def folder_script(script, args, output):
+    """A folder whose `output` is what its own `script` (in the folder)
+    prints, run with `args` (relative to the folder)."""
+    def regenerate(folder, results):
+        cmd = [sys.executable, os.path.join(folder, script), *[os.path.join(folder, a)
+                                                              if a == "data" else a for a in args]]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ValueError(f"{' '.join(cmd)} failed: {done.stderr.strip()}")
+        return {output: done.stdout}
+    regenerate.how = f"{script} {' '.join(args)} > {output}"
     return regenerate
 
 
@@ -132,6 +148,7 @@ FOLDERS = {
     "tp_step": sweep("tp_step"),
     "ps_curve": script("ps_curve"),
     "hybrid_cnn": script("hybrid_cnn"),
+    "collective_engine": folder_script("table.py", ["data", "922cf5b", "f721acc"], "table.md"),
 }
 
 PROVENANCE = re.compile(re.escape(runner.PROVENANCE_BEGIN) + r"\n(.*?)" +

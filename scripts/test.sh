@@ -7,7 +7,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/build.sh"
 build=${PSAR_BUILD_DIR:-$root/build}
 cd "$build"
-ctest --output-on-failure --timeout 600 "$@"
+# Two at a time by default (the tests labelled mpi run alone: RUN_SERIAL).
+ctest --output-on-failure --timeout 600 -j "${PSAR_TEST_JOBS:-$(nproc)}" "$@"
 
 # Every results folder against what its committed data regenerates (no
 # experiment runs; psar only answers cost and simulate queries).

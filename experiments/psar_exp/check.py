@@ -64,8 +64,10 @@ def folder_script(script, args, output):
     """A folder whose `output` is what its own `script` (in the folder)
     prints, run with `args` (relative to the folder)."""
     def regenerate(folder, results):
-        cmd = [sys.executable, os.path.join(folder, script), *[os.path.join(folder, a)
-                                                              if a == "data" else a for a in args]]
+        # An argument naming something in the folder is passed as its path.
+        cmd = [sys.executable, os.path.join(folder, script),
+               *[os.path.join(folder, a) if os.path.exists(os.path.join(folder, a)) else a
+                 for a in args]]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise ValueError(f"{' '.join(cmd)} failed: {done.stderr.strip()}")

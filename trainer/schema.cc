@@ -73,6 +73,7 @@ Schema build() {
   s.add({"train.log_every", T::kInt, "50", "steps between progress lines"});
   s.add({"train.eval_every", T::kInt, "0", "steps between test evaluations (0 = once per epoch)"});
   s.add({"train.trace", T::kBool, "false", "write a Chrome/Perfetto trace.json"});
+  s.add({"train.recompute", T::kString, "none", "activation recomputation of the GPT (and the simulator): none, selective (the attention core: scores, softmax, dropout), full (each block from its input)", {"none", "selective", "full"}});
   s.add({"train.device", T::kString, "cpu", "where parameters, gradients, optimizer state and activations live (cuda: docs/gpu.md)", {"cpu", "cuda"}});
   s.add({"train.checkpoint_every", T::kInt, "0",
          "steps between checkpoints in the run directory (0 = none; psar train --resume continues "
@@ -108,6 +109,7 @@ Schema build() {
   s.add({"parallel.account_embedding", T::kBool, "false", "even layer split: count the first stage's embedding as one layer (Megatron's account-for-embedding)"});
   s.add({"parallel.account_head", T::kBool, "false", "even layer split: count the last stage's head and loss as one layer (Megatron's account-for-loss)"});
   s.add({"parallel.order", T::kString, "tp-dp-pp", "rank order of the (p, t, d) grid, fastest-varying axis first (Megatron's tp-dp-pp keeps TP groups adjacent)", {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "pp-tp-dp"}});
+  s.add({"parallel.sequence_parallel", T::kBool, "false", "the GPT with parallel.tp > 1: layer norms, dropouts and residual adds on 1/t of the rows; the TP all-reduces become all-gathers and reduce-scatters (Megatron's sequence parallelism)"});
   s.add({"parallel.scatter_gather", T::kBool, "false", "between pipeline stages each TP rank sends 1/t of the activation and the receiving stage all-gathers it (Megatron's scatter/gather)"});
   s.add({"parallel.tp_allreduce", T::kString, "ring", "allreduce algorithm of tensor-parallel all-reduces", {}, &all_allreducers});
   s.add({"parallel.hybrid", T::kBool, "false", "cnn: Krizhevsky's hybrid: the n workers run the convolutions data-parallel on their slices of the batch and the fully connected layers tensor-parallel on the all-gathered features (parallel.tp = 1, parallel.pp = 1)"});

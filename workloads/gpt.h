@@ -31,6 +31,25 @@
 // executor owns (stage_model.h); the modules keep none. activation_bytes()
 // predicts its size from the shapes (see activation_floats in gpt.cc).
 //
+// Sequence parallelism (parallel.sequence_parallel, t > 1; Korthikanti et
+// al. 2022): inside a chunk each TP rank keeps rows [r·N/t, (r+1)·N/t) of
+// the residual stream, N = b·T (the rows are [b, T] token-major, so the cut
+// runs along the flattened batch·sequence; seq_len % t = 0 as in Megatron);
+// layer norms, dropouts and residual adds run on those rows, and the
+// attention's and the MLP's f/g all-reduces become all-gathers and
+// reduce-scatters (conjugate.h). The layer norms' weight gradients are then
+// partial per rank and all-reduced over the group (4·d floats per block and
+// micro-batch). The chunk's input is the replicated boundary (each rank
+// takes its rows) and its output is all-gathered, so the pipeline boundary,
+// LN_f and the (replicated) head are as without it.
+//
+// Recomputation (train.recompute): selective drops the attention
+// probabilities and recomputes scores, softmax and dropout in the backward
+// (ParallelSelfAttention::recompute_core); full keeps only each block's
+// input and reruns the block's forward from it just before its backward
+// (its buffers are freed again once its weight gradient is done). Both are
+// bitwise the plain run: the same code on the same inputs, the same masks.
+//
 // Dropout (model.dropout > 0) draws one fresh mask per (step, micro-batch),
 // the element's index in its micro-batch's tensor: the masks differ from the
 // serial model's with several micro-batches or data-parallel replicas
@@ -49,12 +68,25 @@
 
 namespace psar {
 
+enum class Recompute { kNone, kSelective, kFull };
+// "none" | "selective" | "full"; ConfigError otherwise.
+Recompute parse_recompute(const std::string& name);
+const char* recompute_name(Recompute r);
+
 struct GptOptions {
   int64_t vocab = 0, seq_len = 32, layers = 2, d_model = 64, heads = 4;
   float dropout = 0.0f;  // embeddings, attention probabilities, both residual branches
   float init_std = 0.02f;
   MlpSplit split = MlpSplit::kColumnRow;
   uint64_t seed = 1;  // train.seed: the shards' initial values and the dropout masks
+  bool sequence_parallel = false;         // parallel.sequence_parallel
+  Recompute recompute = Recompute::kNone;  // train.recompute
+};
+
+// Forward work counted as it runs: what recomputation adds.
+struct GptComputeCounts {
+  int64_t block_forwards = 0;  // transformer blocks run forward (full recomputation reruns each)
+  int64_t core_passes = 0;     // attention scores-softmax-dropout over one (sequence, head)
 };
 
 class Gpt final : public Model {
@@ -91,6 +123,10 @@ class Gpt final : public Model {
   EvalStats eval_forward(int chunk, const Batch& batch, std::span<const float> x,
                          std::span<float> y) override;
   int64_t tp_allreduce_floats(int chunk) const override;
+  int64_t tp_all_gather_floats(int chunk) const override;
+  // Reduce-scatter floats (the input size) of one micro-batch on `chunk` (sequence parallelism).
+  int64_t tp_reduce_scatter_floats(int chunk) const;
+  GptComputeCounts compute_counts() const;
 
   const GptOptions& options() const { return o_; }
   TpGroup& tp() { return *tp_; }
@@ -113,10 +149,22 @@ class Gpt final : public Model {
   void head_input(Stash& s, int64_t N);
   void head_weight(int chunk, const Stash& s, int64_t N);
   void block_input(int chunk, size_t j, Stash& s, int64_t b);
-  void block_weight(int chunk, size_t j, const Stash& s, int64_t b);
+  void block_weight(int chunk, size_t j, Stash& s, int64_t b);
   void begin_backward(int chunk, Stash& s, std::span<const float> dy, int64_t N);
   void end_backward(int chunk, Stash& s, std::span<float> dx, int64_t N);
   void front_weight(int chunk, int i, const Stash& s, int64_t N);
+  // One block forward from x into out, filling its stash (forward and full recomputation).
+  void block_forward(Block& b, BlockStash& a, const float* x, float* out, int64_t rows,
+                     const DropoutContext& drop);
+  // Block j's stash again before its backward (full recomputation).
+  void recompute_block(int chunk, size_t j, Stash& s, int64_t b);
+  static void release(BlockStash& a);
+  bool sp() const { return o_.sequence_parallel; }
+  // Rows of the residual stream on this rank (N, or N/t) and its first row.
+  int64_t local_rows(int64_t N) const { return sp() ? N / tp_->size() : N; }
+  int64_t first_row(int64_t N) const { return sp() ? tp_->rank() * (N / tp_->size()) : 0; }
+  // The chunk's output, whole [N, d]: xs[n], or its rows gathered (sequence parallelism).
+  const float* output(const Stash& s) const;
 
   // Forward of `rows` sequences through `chunk` into s (tokens for the
   // front, x otherwise; the chunk's output, or the logits, left in s).
@@ -138,6 +186,8 @@ class Gpt final : public Model {
   // The targets where the store's arenas are (tokens index on the host).
   DeviceBatch staged_, eval_staged_;
   int wte_ = -1, wpe_ = -1, head_wte_ = -1, lnf_w_ = -1, lnf_b_ = -1;
+  Buffer dwhole_, ln_grads_;  // sequence parallelism: [N, d] scratch, the layer norms' 4·d gradients
+  int64_t block_forwards_ = 0;
   uint64_t batches_ = 0;  // set_batch calls: the dropout masks' step
   double loss_ = 0;
 };

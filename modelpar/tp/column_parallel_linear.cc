@@ -31,6 +31,7 @@ void ColumnParallelLinear::declare(ShardedParams& params, ParamStore& store) {
 void ColumnParallelLinear::forward(float* y, const float* x, int64_t N) {
   PSAR_CHECK(store_, o_.name, " used before bind()");
   const int64_t c = out_local();
+  x = whole_input(x, N);
   f_forward(tp_, {x, static_cast<size_t>(N * o_.in)});
   const float* b = o_.bias ? store_->param(bias_).data() : nullptr;
   if (!o_.gather_output) {
@@ -49,7 +50,21 @@ const float* ColumnParallelLinear::local_grad(const float* dy, int64_t N) {
   return dy_local_.data();
 }
 
+const float* ColumnParallelLinear::whole_input(const float* x, int64_t N) {
+  if (!o_.sequence_parallel) return x;
+  x_whole_.resize(static_cast<size_t>(N * o_.in));
+  gather_rows(tp_, x_whole_.data(), x, N, o_.in);
+  return x_whole_.data();
+}
+
 void ColumnParallelLinear::backward_input(float* dx, const float* dy, int64_t N) {
+  if (o_.sequence_parallel) {
+    dx_whole_.resize(static_cast<size_t>(N * o_.in));
+    ops::linear_backward_input(dx_whole_.data(), local_grad(dy, N), store_->param(weight_).data(),
+                               N, o_.in, out_local());
+    reduce_scatter_rows(tp_, dx, dx_whole_.data(), N, o_.in);
+    return;
+  }
   ops::linear_backward_input(dx, local_grad(dy, N), store_->param(weight_).data(), N, o_.in,
                              out_local());
   f_backward(tp_, {dx, static_cast<size_t>(N * o_.in)});
@@ -57,8 +72,8 @@ void ColumnParallelLinear::backward_input(float* dx, const float* dy, int64_t N)
 
 void ColumnParallelLinear::backward_weight(const float* dy, const float* x, int64_t N) {
   ops::linear_backward_weight(store_->grad(weight_).data(),
-                              o_.bias ? store_->grad(bias_).data() : nullptr, local_grad(dy, N), x,
-                              N, o_.in, out_local());
+                              o_.bias ? store_->grad(bias_).data() : nullptr, local_grad(dy, N),
+                              whole_input(x, N), N, o_.in, out_local());
 }
 
 }  // namespace psar

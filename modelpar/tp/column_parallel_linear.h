@@ -28,6 +28,10 @@ struct ColumnParallelOptions {
   bool bias = true;
   bool gather_output = false;  // all-gather Y to [N, out] (otherwise [N, out/t])
   float init_std = 0.02f;
+  // x is this rank's rows [N/t, in] (conjugate.h): all-gathered before the
+  // GEMM in forward and again for the weight gradient, and the input
+  // gradient reduce-scattered back to [N/t, in] instead of all-reduced.
+  bool sequence_parallel = false;
 };
 
 class ColumnParallelLinear final : public ParallelLinear {
@@ -43,21 +47,25 @@ class ColumnParallelLinear final : public ParallelLinear {
   // Columns of what forward() writes per row: out (gathered) or out / t.
   int64_t out_features() const override { return o_.gather_output ? o_.out : out_local(); }
 
-  // x: [N, in] replicated → y: [N, out_features()]
+  // x: [N, in] replicated ([N/t, in] with sequence_parallel) → y: [N, out_features()]
   void forward(float* y, const float* x, int64_t N) override;
-  // dy: [N, out_features()] → dx: [N, in], the whole gradient (f all-reduces it)
+  // dy: [N, out_features()] → dx: [N, in], the whole gradient (f all-reduces
+  // it); with sequence_parallel this rank's rows [N/t, in] of it.
   void backward_input(float* dx, const float* dy, int64_t N) override;
-  // dA_r += xᵀ·dy_r, db_r += Σ_rows dy_r.  x: [N, in]
+  // dA_r += xᵀ·dy_r, db_r += Σ_rows dy_r.  x: as in forward.
   void backward_weight(const float* dy, const float* x, int64_t N) override;
 
  private:
   // dy_r: [N, out/t], this rank's block of dy (a copy when the output is gathered).
   const float* local_grad(const float* dy, int64_t N);
+  // The whole input [N, in]: x itself, or its rows gathered (sequence_parallel).
+  const float* whole_input(const float* x, int64_t N);
 
   TpGroup& tp_;
   ColumnParallelOptions o_;
   ParamStore* store_ = nullptr;
   int weight_ = -1, bias_ = -1;
+  Buffer x_whole_, dx_whole_;  // [N, in] scratch of sequence parallelism
   std::vector<float> y_local_, dy_local_, gather_scratch_;
 };
 

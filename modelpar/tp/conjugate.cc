@@ -36,4 +36,16 @@ void gather_columns(TpGroup& tp, float* full, const float* local, int64_t N, int
       std::copy_n(scratch.data() + (r * N + i) * c, c, full + i * C + r * c);
 }
 
+void gather_rows(TpGroup& tp, float* full, const float* piece, int64_t N, int64_t C) {
+  const int64_t n = N / tp.size() * C;
+  std::copy_n(piece, n, full + tp.rank() * n);
+  tp.all_gather({full, static_cast<size_t>(N * C)});
+}
+
+void reduce_scatter_rows(TpGroup& tp, float* piece, float* full, int64_t N, int64_t C) {
+  const int64_t n = N / tp.size() * C;
+  tp.reduce_scatter({full, static_cast<size_t>(N * C)});
+  std::copy_n(full + tp.rank() * n, n, piece);
+}
+
 }  // namespace psar

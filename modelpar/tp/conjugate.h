@@ -43,4 +43,20 @@ void take_columns(float* local, const float* full, int64_t N, int64_t C, int ran
 void gather_columns(TpGroup& tp, float* full, const float* local, int64_t N, int64_t C,
                     std::vector<float>& scratch);
 
+// Sequence parallelism (Korthikanti et al. 2022, §4.2.2). Outside the
+// tensor-parallel GEMMs — layer norms, dropouts, residual adds — each rank
+// keeps 1/t of the rows, rows [rank·N/t, (rank+1)·N/t) of [N, C]. Megatron's
+// g and ḡ replace f and g: before a column-parallel GEMM the pieces are
+// all-gathered (its backward: a reduce-scatter of the partial input
+// gradients), after a row-parallel GEMM the partial outputs are
+// reduce-scattered (its backward: an all-gather). Same bytes on the wire as
+// the two all-reduces they replace (an all-reduce is a reduce-scatter plus an
+// all-gather), 1/t of the activations between them.
+
+// full [N, C] = the row pieces [N/t, C] of every rank, in rank order.
+void gather_rows(TpGroup& tp, float* full, const float* piece, int64_t N, int64_t C);
+// piece [N/t, C] = this rank's rows of the sum over the group of full [N, C]
+// (full is clobbered).
+void reduce_scatter_rows(TpGroup& tp, float* piece, float* full, int64_t N, int64_t C);
+
 }  // namespace psar

@@ -20,6 +20,7 @@ namespace psar {
 
 class Allreducer;
 class RingAllGather;
+class RingReduceScatter;
 
 struct TpCounters {
   int64_t f_backward = 0;        // f in backward: one all-reduce each when t > 1
@@ -30,6 +31,8 @@ struct TpCounters {
   int64_t allreduce_max_floats = 0;
   int64_t all_gathers = 0;        // all-gathers actually run (row_column split)
   int64_t all_gather_floats = 0;  // their gathered (full) sizes, summed
+  int64_t reduce_scatters = 0;       // reduce-scatters actually run (sequence parallelism)
+  int64_t reduce_scatter_floats = 0;  // their input (full) sizes, summed
   double seconds = 0;             // wall time inside all-reduces and all-gathers
 };
 
@@ -57,6 +60,10 @@ class TpGroup {
   // In place: data is t equal contiguous pieces, piece `rank()` holds this
   // rank's contribution; on return every piece r holds rank r's. No-op at t = 1.
   void all_gather(std::span<float> data);
+  // In place: data is t equal contiguous pieces of partial sums; on return
+  // piece `rank()` holds the sum over the group (the others are clobbered).
+  // No-op at t = 1.
+  void reduce_scatter(std::span<float> data);
 
   TpCounters counters;
 
@@ -64,6 +71,7 @@ class TpGroup {
   Comm* comm_ = nullptr;
   Allreducer* allreducer_ = nullptr;
   std::unique_ptr<RingAllGather> gather_;
+  std::unique_ptr<RingReduceScatter> scatter_;
 };
 
 }  // namespace psar

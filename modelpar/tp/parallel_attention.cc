@@ -35,11 +35,13 @@ ParallelSelfAttention::ParallelSelfAttention(TpGroup& tp, ParallelAttentionOptio
                 .in = o_.d_model,
                 .out = 3 * o_.d_model,
                 .groups = 3,
-                .init_std = o_.init_std}),
+                .init_std = o_.init_std,
+                .sequence_parallel = o_.sequence_parallel}),
       proj_(tp, {.name = o_.name + ".proj",
                  .in = o_.d_model,
                  .out = o_.d_model,
-                 .init_std = o_.proj_init_std}) {}
+                 .init_std = o_.proj_init_std,
+                 .sequence_parallel = o_.sequence_parallel}) {}
 
 void ParallelSelfAttention::declare(ShardedParams& params, ParamStore& store) {
   qkv_.declare(params, store);
@@ -62,23 +64,50 @@ int64_t ParallelSelfAttention::Activations::bytes() const {
   return static_cast<int64_t>(floats * sizeof(float));
 }
 
-// 2·(N·3d/t) + B·(H/t)·T² (twice with dropout) + 2·(N·d/t) + N·d
+int64_t ParallelSelfAttention::first_row(int64_t N) const {
+  return o_.sequence_parallel ? tp_.rank() * (N / tp_.size()) : 0;
+}
+
+int64_t ParallelSelfAttention::local_rows(int64_t N) const {
+  return o_.sequence_parallel ? N / tp_.size() : N;
+}
+
+// 2·(N·3d/t) + B·(H/t)·T² (twice with dropout; none with recompute_core) +
+// 2·(N·d/t) + N·d (N/t·d sequence-parallel)
 int64_t ParallelSelfAttention::activation_floats(int64_t B, bool dropout) const {
   const int64_t N = B * T_;
-  return 2 * N * 3 * d_local_ + B * heads_local_ * T_ * T_ * (dropout ? 2 : 1) +
-         2 * N * d_local_ + N * o_.d_model;
+  const int64_t probabilities =
+      o_.recompute_core ? 0 : B * heads_local_ * T_ * T_ * (dropout ? 2 : 1);
+  return 2 * N * 3 * d_local_ + probabilities + 2 * N * d_local_ + local_rows(N) * o_.d_model;
+}
+
+void ParallelSelfAttention::core(float* p, float* pd, const float* q, const float* k, int64_t b,
+                                 int64_t h, const DropoutContext& drop) {
+  const int64_t ld = 3 * d_local_;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
+  // scores = Q·Kᵀ/√d_h, then a causal softmax per row (positions j ≤ i)
+  ops::gemm(false, true, T_, T_, hd_, scale, q, ld, k, ld, 0.0f, p, T_);
+  ops::causal_softmax_forward(p, T_);
+  if (drop.p > 0)
+    ops::dropout_forward(pd, p, T_ * T_, drop.p, drop.seed, drop.stream(o_.name + ".attn_dropout"),
+                         att_index(b, h));
+  ++core_passes_;
 }
 
 void ParallelSelfAttention::forward(Activations& a, float* y, const float* x, int64_t B,
                                     const DropoutContext& drop) {
-  const int64_t N = B * T_, dl = d_local_, ld = 3 * dl, TT = T_ * T_;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
+  const int64_t N = B * T_, dl = d_local_, ld = 3 * dl, TT = T_ * T_, n = local_rows(N);
+  const bool keep = !o_.recompute_core;
   a.drop = drop;
   a.qkv.resize(static_cast<size_t>(N * ld));
-  a.att.resize(static_cast<size_t>(B * heads_local_ * TT));
-  a.att_drop.resize(drop.p > 0 ? a.att.size() : 0);
+  a.att.resize(keep ? static_cast<size_t>(B * heads_local_ * TT) : 0);
+  a.att_drop.resize(drop.p > 0 && keep ? a.att.size() : 0);
+  if (!keep) {
+    att_scratch_.resize(static_cast<size_t>(TT));
+    att_drop_scratch_.resize(drop.p > 0 ? static_cast<size_t>(TT) : 0);
+  }
   a.ctx.resize(static_cast<size_t>(N * dl));
-  a.dy_pre.resize(static_cast<size_t>(N * o_.d_model));
+  a.dy_pre.resize(static_cast<size_t>(n * o_.d_model));
   a.dctx.resize(static_cast<size_t>(N * dl));
   a.dqkv.resize(static_cast<size_t>(N * ld));
 
@@ -88,39 +117,41 @@ void ParallelSelfAttention::forward(Activations& a, float* y, const float* x, in
       const float* q = a.qkv.data() + b * T_ * ld + h * hd_;  // [T, d_h], row stride ld
       const float* k = q + dl;
       const float* v = q + 2 * dl;
-      float* p = a.att.data() + (b * heads_local_ + h) * TT;  // [T, T]
-      // scores = Q·Kᵀ/√d_h, then a causal softmax per row (positions j ≤ i)
-      ops::gemm(false, true, T_, T_, hd_, scale, q, ld, k, ld, 0.0f, p, T_);
-      ops::causal_softmax_forward(p, T_);
-      const float* pv = p;
-      if (drop.p > 0) {
-        float* pd = a.att_drop.data() + (b * heads_local_ + h) * TT;
-        ops::dropout_forward(pd, p, TT, drop.p, drop.seed,
-                             drop.stream(o_.name + ".attn_dropout"), att_index(b, h));
-        pv = pd;
-      }
+      // [T, T] each: kept per (b, h), or one head's scratch with recompute_core
+      float* p = keep ? a.att.data() + (b * heads_local_ + h) * TT : att_scratch_.data();
+      float* pd = drop.p > 0 ? (keep ? a.att_drop.data() + (b * heads_local_ + h) * TT
+                                     : att_drop_scratch_.data())
+                             : nullptr;
+      core(p, pd, q, k, b, h, drop);
+      const float* pv = drop.p > 0 ? pd : p;
       // ctx_h = P·V: [T, d_h] into columns h·d_h of ctx [N, d/t]
       ops::gemm(false, false, T_, hd_, T_, 1.0f, pv, T_, v, ld, 0.0f,
                 a.ctx.data() + b * T_ * dl + h * hd_, dl);
     }
   }
-  proj_.forward(y, a.ctx.data(), N);  // g: all-reduce of the partial products, then + b_o
+  // g: all-reduce of the partial products (reduce-scatter sequence-parallel), then + b_o
+  proj_.forward(y, a.ctx.data(), N);
   if (drop.p > 0)
-    ops::dropout_forward(y, y, N * o_.d_model, drop.p, drop.seed,
-                         drop.stream(o_.name + ".dropout"), 0);
+    ops::dropout_forward(y, y, n * o_.d_model, drop.p, drop.seed,
+                         drop.stream(o_.name + ".dropout"), static_cast<uint64_t>(first_row(N) * o_.d_model));
 }
 
 void ParallelSelfAttention::backward_input(Activations& a, float* dx, const float* dy,
                                            int64_t B) {
-  const int64_t N = B * T_, dl = d_local_, ld = 3 * dl, TT = T_ * T_;
+  const int64_t N = B * T_, dl = d_local_, ld = 3 * dl, TT = T_ * T_, n = local_rows(N);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
+  const bool keep = !o_.recompute_core;
   PSAR_CHECK(a.dqkv.size() == static_cast<size_t>(N * ld), o_.name,
              ": backward of activations its forward did not size for ", B, " sequences");
   datt_.resize(static_cast<size_t>(TT));
   const DropoutContext& drop = a.drop;
 
-  ops::dropout_backward(a.dy_pre.data(), dy, N * o_.d_model, drop.p, drop.seed,
-                        drop.stream(o_.name + ".dropout"), 0);
+  ops::dropout_backward(a.dy_pre.data(), dy, n * o_.d_model, drop.p, drop.seed,
+                        drop.stream(o_.name + ".dropout"), static_cast<uint64_t>(first_row(N) * o_.d_model));
+  if (!keep) {
+    att_scratch_.resize(static_cast<size_t>(TT));
+    att_drop_scratch_.resize(drop.p > 0 ? static_cast<size_t>(TT) : 0);
+  }
   proj_.backward_input(a.dctx.data(), a.dy_pre.data(), N);  // g backward: identity
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < heads_local_; ++h) {
@@ -131,8 +162,16 @@ void ParallelSelfAttention::backward_input(Activations& a, float* dx, const floa
       float* dq = a.dqkv.data() + row0;
       float* dk = dq + dl;
       float* dv = dq + 2 * dl;
-      const float* p = a.att.data() + (b * heads_local_ + h) * TT;
-      const float* pv = drop.p > 0 ? a.att_drop.data() + (b * heads_local_ + h) * TT : p;
+      const float* p = nullptr;
+      if (keep) {
+        p = a.att.data() + (b * heads_local_ + h) * TT;
+      } else {  // selective recomputation: the core again from Q and K
+        core(att_scratch_.data(), att_drop_scratch_.data(), q, k, b, h, drop);
+        p = att_scratch_.data();
+      }
+      const float* pv = drop.p == 0         ? p
+                        : keep              ? a.att_drop.data() + (b * heads_local_ + h) * TT
+                                            : att_drop_scratch_.data();
       const float* dc = a.dctx.data() + b * T_ * dl + h * hd_;  // [T, d_h], row stride dl
       float* dp = datt_.data();
       // ctx = P'·V:  dP' = dctx·Vᵀ,  dV = P'ᵀ·dctx

@@ -20,10 +20,15 @@ ParallelMLP::ParallelMLP(TpGroup& tp, ParallelMlpOptions options)
     throw ConfigError(o_.name + ": MLP hidden size " + std::to_string(o_.hidden) + " and d_model " +
                       std::to_string(o_.d_model) +
                       " must both be divisible by parallel.tp = " + std::to_string(t));
+  if (o_.sequence_parallel && o_.split != MlpSplit::kColumnRow)
+    throw ConfigError(o_.name +
+                      ": parallel.sequence_parallel needs parallel.tp_split column_row, not "
+                      "row_column");
   auto column = [&](const std::string& name, int64_t in, int64_t out, float stddev,
                     bool gather_output) -> std::unique_ptr<ParallelLinear> {
     ColumnParallelOptions c;
     c.name = name, c.in = in, c.out = out, c.init_std = stddev, c.gather_output = gather_output;
+    c.sequence_parallel = o_.sequence_parallel;
     return std::make_unique<ColumnParallelLinear>(tp_, c);
   };
   auto row = [&](const std::string& name, int64_t in, int64_t out, float stddev,
@@ -31,6 +36,7 @@ ParallelMLP::ParallelMLP(TpGroup& tp, ParallelMlpOptions options)
     RowParallelOptions r;
     r.name = name, r.in = in, r.out = out, r.init_std = stddev;
     r.input_is_parallel = input_is_parallel;
+    r.sequence_parallel = o_.sequence_parallel;
     return std::make_unique<RowParallelLinear>(tp_, r);
   };
   const int64_t d = o_.d_model, h = o_.hidden;
@@ -62,15 +68,15 @@ int64_t ParallelMLP::Activations::bytes() const {
 }
 
 int64_t ParallelMLP::activation_floats(int64_t N) const {
-  return 4 * N * fc_->out_features() + N * o_.d_model;
+  return 4 * N * fc_->out_features() + local_rows(N) * o_.d_model;
 }
 
 void ParallelMLP::forward(Activations& a, float* z, const float* x, int64_t N,
                           const DropoutContext& drop) {
-  const int64_t h = fc_->out_features(), d = o_.d_model;
+  const int64_t h = fc_->out_features(), d = o_.d_model, n = local_rows(N);
   a.drop = drop;
   for (auto* v : {&a.h_pre, &a.h_act, &a.dh_act, &a.dh_pre}) v->resize(static_cast<size_t>(N * h));
-  a.dz_pre.resize(static_cast<size_t>(N * d));
+  a.dz_pre.resize(static_cast<size_t>(n * d));
   // column_row: h_pre = X·A_r, this rank's columns, no communication;
   // row_column: h_pre = Σ_r X_r·A_r, all-reduced by g inside fc_ before GeLU.
   fc_->forward(a.h_pre.data(), x, N);
@@ -78,16 +84,17 @@ void ParallelMLP::forward(Activations& a, float* z, const float* x, int64_t N,
   // column_row: Y_r·B_r all-reduced by g; row_column: the blocks Y·B_r gathered.
   proj_->forward(z, a.h_act.data(), N);
   if (drop.p > 0)
-    ops::dropout_forward(z, z, N * d, drop.p, drop.seed, drop.stream(o_.name + ".dropout"), 0);
+    ops::dropout_forward(z, z, n * d, drop.p, drop.seed, drop.stream(o_.name + ".dropout"),
+                         first_element(N));
 }
 
 void ParallelMLP::backward_input(Activations& a, float* dx, const float* dz, int64_t N) {
-  const int64_t h = fc_->out_features(), d = o_.d_model;
+  const int64_t h = fc_->out_features(), d = o_.d_model, n = local_rows(N);
   PSAR_CHECK(a.dh_pre.size() == static_cast<size_t>(N * h), o_.name,
              ": backward of activations its forward did not size for ", N, " rows");
   // dz: [N, d] whole on every rank (g backward is the identity)
-  ops::dropout_backward(a.dz_pre.data(), dz, N * d, a.drop.p, a.drop.seed,
-                        a.drop.stream(o_.name + ".dropout"), 0);
+  ops::dropout_backward(a.dz_pre.data(), dz, n * d, a.drop.p, a.drop.seed,
+                        a.drop.stream(o_.name + ".dropout"), first_element(N));
   proj_->backward_input(a.dh_act.data(), a.dz_pre.data(), N);
   ops::gelu_backward(a.dh_pre.data(), a.dh_act.data(), a.h_pre.data(), N * h);
   // column_row: f all-reduces the partial dX; row_column: the blocks are gathered.

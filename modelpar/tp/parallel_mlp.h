@@ -14,6 +14,10 @@
 //     products must be all-reduced BEFORE GeLU, an all-reduce of [N, hidden]
 //     (4× the activation) in each direction, plus an all-gather of [N, d].
 //
+// sequence_parallel (column_row only, as in Megatron): x and z are this
+// rank's rows [N/t, d_model] (conjugate.h): the first GEMM all-gathers x, the
+// second reduce-scatters, the dropout runs on the rank's rows.
+//
 // Both give the serial model's numbers (up to float summation order); the
 // communication counters show the price of the second. What one micro-batch
 // keeps from forward to backward is an Activations the caller owns.
@@ -40,6 +44,7 @@ struct ParallelMlpOptions {
   int64_t d_model = 0, hidden = 0;  // X: [N, d_model], Y: [N, hidden]
   MlpSplit split = MlpSplit::kColumnRow;
   float init_std = 0.02f, proj_init_std = 0.02f;
+  bool sequence_parallel = false;
 };
 
 class ParallelMLP {
@@ -47,7 +52,7 @@ class ParallelMLP {
   // One micro-batch's tensors; h = hidden/t (column_row) or hidden (row_column).
   struct Activations {
     Buffer h_pre, h_act;              // X·A + a, GeLU of it: [N, h]
-    Buffer dz_pre;                    // [N, d_model] output gradient before dropout
+    Buffer dz_pre;                    // [N, d_model] output gradient before dropout ([N/t, d_model] sequence-parallel)
     Buffer dh_act, dh_pre;            // [N, h] each
     DropoutContext drop;              // of its forward
     int64_t bytes() const;
@@ -67,13 +72,18 @@ class ParallelMLP {
   void backward_input(Activations& a, float* dx, const float* dz, int64_t N);
   // x: the forward input again.
   void backward_weight(const Activations& a, const float* x, int64_t N);
-  // Floats of an Activations for N rows: 4·N·h + N·d_model.
+  // Floats of an Activations for N rows: 4·N·h + N·d_model (N/t·d_model sequence-parallel).
   int64_t activation_floats(int64_t N) const;
 
  private:
   TpGroup& tp_;
   ParallelMlpOptions o_;
   std::unique_ptr<ParallelLinear> fc_, proj_;  // X·A and Y·B
+  int64_t local_rows(int64_t N) const { return o_.sequence_parallel ? N / tp_.size() : N; }
+  // Serial index of this rank's first output element (the dropout mask's).
+  uint64_t first_element(int64_t N) const {
+    return o_.sequence_parallel ? static_cast<uint64_t>(tp_.rank() * local_rows(N) * o_.d_model) : 0;
+  }
 };
 
 }  // namespace psar

@@ -33,16 +33,35 @@ void RowParallelLinear::forward(float* y, const float* x, int64_t N) {
   PSAR_CHECK(store_, o_.name, " used before bind()");
   const auto [xr, ld] = local_input(x);
   // y = x_r · B_r: [N, out], a partial sum over the group
+  float* partial = y;
+  if (o_.sequence_parallel) {
+    y_whole_.resize(static_cast<size_t>(N * o_.out));
+    partial = y_whole_.data();
+  }
   ops::gemm(false, false, N, o_.out, in_local(), 1.0f, xr, ld, store_->param(weight_).data(),
-            o_.out, 0.0f, y, o_.out);
-  g_forward(tp_, {y, static_cast<size_t>(N * o_.out)});
+            o_.out, 0.0f, partial, o_.out);
+  int64_t rows = N;
+  if (o_.sequence_parallel) {
+    reduce_scatter_rows(tp_, y, partial, N, o_.out);
+    rows = N / tp_.size();
+  } else {
+    g_forward(tp_, {y, static_cast<size_t>(N * o_.out)});
+  }
   if (o_.bias) {
     const float* b = store_->param(bias_).data();
-    for (int64_t i = 0; i < N; ++i) ops::add_inplace(y + i * o_.out, b, o_.out);
+    for (int64_t i = 0; i < rows; ++i) ops::add_inplace(y + i * o_.out, b, o_.out);
   }
 }
 
+const float* RowParallelLinear::whole_grad(const float* dy, int64_t N) {
+  if (!o_.sequence_parallel) return dy;
+  dy_whole_.resize(static_cast<size_t>(N * o_.out));
+  gather_rows(tp_, dy_whole_.data(), dy, N, o_.out);
+  return dy_whole_.data();
+}
+
 void RowParallelLinear::backward_input(float* dx, const float* dy, int64_t N) {
+  dy = whole_grad(dy, N);
   g_backward(tp_, {dy, static_cast<size_t>(N * o_.out)});
   const float* B = store_->param(weight_).data();
   if (o_.input_is_parallel) {
@@ -55,6 +74,7 @@ void RowParallelLinear::backward_input(float* dx, const float* dy, int64_t N) {
 }
 
 void RowParallelLinear::backward_weight(const float* dy, const float* x, int64_t N) {
+  dy = whole_grad(dy, N);
   const auto [xr, ld] = local_input(x);
   // dB_r += x_rᵀ · dy: [in/t, out]
   ops::gemm(true, false, in_local(), o_.out, N, 1.0f, xr, ld, dy, o_.out, 1.0f,

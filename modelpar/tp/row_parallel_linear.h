@@ -32,6 +32,10 @@ struct RowParallelOptions {
   bool bias = true;
   bool input_is_parallel = true;  // x: [N, in/t] (else [N, in] replicated)
   float init_std = 0.02f;
+  // y is this rank's rows [N/t, out] (conjugate.h): the partial outputs are
+  // reduce-scattered instead of all-reduced, and dy [N/t, out] is
+  // all-gathered for the input gradient and again for the weight gradient.
+  bool sequence_parallel = false;
 };
 
 class RowParallelLinear final : public ParallelLinear {
@@ -47,9 +51,10 @@ class RowParallelLinear final : public ParallelLinear {
   int64_t in_features() const override { return o_.input_is_parallel ? in_local() : o_.in; }
   int64_t out_features() const override { return o_.out; }  // y is whole (after g)
 
-  // x: [N, in_features()] → y: [N, out], whole and replicated (g all-reduces it)
+  // x: [N, in_features()] → y: [N, out], whole and replicated (g all-reduces
+  // it); with sequence_parallel this rank's rows [N/t, out] of it.
   void forward(float* y, const float* x, int64_t N) override;
-  // dy: [N, out] → dx: [N, in_features()]
+  // dy: [N, out] ([N/t, out] with sequence_parallel) → dx: [N, in_features()]
   void backward_input(float* dx, const float* dy, int64_t N) override;
   // dB_r += x_rᵀ·dy, db += Σ_rows dy.  x: [N, in_features()]
   void backward_weight(const float* dy, const float* x, int64_t N) override;
@@ -57,12 +62,15 @@ class RowParallelLinear final : public ParallelLinear {
  private:
   // x_r as (pointer, leading dimension): a column block of x when not parallel.
   std::pair<const float*, int64_t> local_input(const float* x) const;
+  // The whole output gradient [N, out]: dy itself, or its rows gathered (sequence_parallel).
+  const float* whole_grad(const float* dy, int64_t N);
 
   TpGroup& tp_;
   RowParallelOptions o_;
   ParamStore* store_ = nullptr;
   int weight_ = -1, bias_ = -1;
   std::vector<float> dx_local_, gather_scratch_;
+  Buffer y_whole_, dy_whole_;  // [N, out] scratch of sequence parallelism
 };
 
 }  // namespace psar

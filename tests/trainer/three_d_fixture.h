@@ -3,12 +3,17 @@
 // tests: a grid (p, t, d), a schedule with v chunks, scatter/gather on or
 // off, and the workloads sized so that every grid with p·t·d ≤ 8 can cut them.
 
+#include <gtest/gtest.h>
+
+#include <mutex>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "comm/inproc_comm.h"
 #include "core/config.h"
 #include "trainer/schema.h"
+#include "trainer/trainer.h"
 
 namespace psar::testing {
 
@@ -64,6 +69,21 @@ inline Config mlp_3d_config(const Grid3d& g, const std::vector<std::string>& ove
       "sync: {backend: ring, timeout: 30s}\n" +
           parallel_yaml(g, g.p),
       config_schema(), overrides);
+}
+
+// Trains on `ranks` in-process threads; every rank must return the same whole model.
+inline std::vector<float> train_grid(int ranks, const Config& cfg, const std::string& out = "") {
+  std::vector<float> first;
+  std::mutex mu;
+  run_inproc(ranks, [&](Comm& c) {
+    TrainOptions o;
+    o.out_dir = out;
+    TrainResult r = train(c, cfg, o);
+    std::lock_guard<std::mutex> lock(mu);
+    if (first.empty()) first = r.params;
+    else EXPECT_EQ(r.params, first) << "rank " << c.rank();
+  });
+  return first;
 }
 
 }  // namespace psar::testing

@@ -39,20 +39,7 @@ using ::testing::HasSubstr;
 using testing::Grid3d;
 using testing::relative_difference;
 
-// Trains on p·t·d threads; every rank must return the same whole model.
-std::vector<float> train_grid(int ranks, const Config& cfg, const std::string& out = "") {
-  std::vector<float> first;
-  std::mutex mu;
-  run_inproc(ranks, [&](Comm& c) {
-    TrainOptions o;
-    o.out_dir = out;
-    TrainResult r = train(c, cfg, o);
-    std::lock_guard<std::mutex> lock(mu);
-    if (first.empty()) first = r.params;
-    else EXPECT_EQ(r.params, first) << "rank " << c.rank();
-  });
-  return first;
-}
+using testing::train_grid;
 
 const std::vector<float>& serial_gpt() {
   static const std::vector<float> params = train_grid(1, testing::gpt_3d_config({}));

@@ -3,7 +3,7 @@
 scheme (conv data-parallel, FC tensor-parallel) on the CNN of
 experiments/cnn_fmnist.yaml.
 
-    experiments/hybrid_cnn.py accuracy   [--psar PATH] [--steps-scale F]
+    experiments/hybrid_cnn.py accuracy   [--psar PATH]
     experiments/hybrid_cnn.py compare    [--psar PATH] [--steps N]
     experiments/hybrid_cnn.py report
 
@@ -63,11 +63,11 @@ def train(psar, n, run_dir, sets):
 
 
 def accuracy(args):
-    OUT = args.out
+    results_dir = args.out
     rows = []
     before = runner.machine_state()
     for name, n, sets in [("serial", 1, []), ("hybrid_n4", 4, ["parallel.hybrid=true"])]:
-        run_dir = os.path.join(OUT, "runs", name)
+        run_dir = os.path.join(results_dir, "runs", name)
         train(args.psar, n, run_dir, sets)
         steps = read_csv(os.path.join(run_dir, "steps.csv"))
         # Training time to step k: the slowest rank's step times summed.
@@ -80,8 +80,8 @@ def accuracy(args):
             rows.append({"run": name, "step": k, "epoch": e["epoch"],
                          "train_s": f"{sum(v for s, v in slowest.items() if s <= k):.3f}",
                          "test_loss": e["test_loss"], "test_accuracy": e["test_accuracy"]})
-    write_csv(os.path.join(OUT, "accuracy.csv"), rows)
-    write_text(os.path.join(OUT, "machine_accuracy.md"), runner.machine_note(before) + "\n")
+    write_csv(os.path.join(results_dir, "accuracy.csv"), rows)
+    write_text(os.path.join(results_dir, "machine_accuracy.md"), runner.machine_note(before) + "\n")
 
 
 def mean(xs):
@@ -89,13 +89,13 @@ def mean(xs):
 
 
 def compare(args):
-    OUT = args.out
+    results_dir = args.out
     rows, split = [], None
     before = runner.machine_state()
     for n in RANKS:
         for net, bw in NETS:
             for scheme in SCHEMES:
-                run_dir = os.path.join(OUT, "runs", f"{scheme}_n{n}_{net}")
+                run_dir = os.path.join(results_dir, "runs", f"{scheme}_n{n}_{net}")
                 sets = [f"train.steps={args.steps}", "train.epochs=null", "train.eval_every=0",
                         "data.test_limit=64", f"parallel.hybrid={'false' if scheme == 'dp' else 'true'}",
                         f"parallel.hybrid_fc={'replicated' if scheme == 'fc_replicated' else 'tensor'}"]
@@ -123,9 +123,9 @@ def compare(args):
                     "dp_bytes": f"{mean([float(r['dp_bytes_sent']) for r in axes]):.0f}",
                     "tp_bytes": f"{mean([float(r['tp_bytes_sent']) for r in axes]):.0f}",
                 })
-                write_csv(os.path.join(OUT, "compare.csv"), rows)
-    write_csv(os.path.join(OUT, "split.csv"), parse_split(split))
-    write_text(os.path.join(OUT, "machine_compare.md"), runner.machine_note(before) + "\n")
+                write_csv(os.path.join(results_dir, "compare.csv"), rows)
+    write_csv(os.path.join(results_dir, "split.csv"), parse_split(split))
+    write_text(os.path.join(results_dir, "machine_compare.md"), runner.machine_note(before) + "\n")
 
 
 def parse_split(line):
@@ -145,19 +145,27 @@ def parse_split(line):
             {"kind": "features", "params_share": feat, "flops_share": ""}]
 
 
-def predicted_comm_s(row, bandwidth, classes=10):
-    """Alpha-beta communication seconds per step of one compare.csv row."""
-    n, B, a = int(row["n"]), bandwidth, LATENCY_S
-    def ring_allreduce(floats):
-        return 2 * (n - 1) * (a + 4 * floats / (n * B)) if floats else 0.0
+def predicted_comm_s(row, bandwidth):
+    """Alpha-beta communication seconds per step of one compare.csv row, at
+    `bandwidth` bytes/s and LATENCY_S per message (ring algorithms)."""
+    n = int(row["n"])
+
+    def ring_allreduce_s(floats):
+        return 2 * (n - 1) * (LATENCY_S + 4 * floats / (n * bandwidth)) if floats else 0.0
+
+    def ring_all_gather_s(floats):
+        return (n - 1) * (LATENCY_S + 4 * floats / (n * bandwidth)) if floats else 0.0
+
+    gradient_s = ring_allreduce_s(int(row["dp_floats"]))
     if row["scheme"] == "dp":
-        return ring_allreduce(int(row["dp_floats"]))
-    bF = int(row["gather_floats"])
+        return gradient_s
+    features = int(row["gather_floats"])  # b·F, the batch's features
     if row["scheme"] == "fc_replicated":
-        return ring_allreduce(int(row["dp_floats"])) + (n - 1) * (a + 4 * bF / (n * B))
-    b = bF and (int(row["tp_floats"]) - bF) // classes
-    return (ring_allreduce(int(row["dp_floats"])) + (n - 1) * (a + 4 * bF / (n * B)) +
-            ring_allreduce(bF) + ring_allreduce(b * classes))
+        return gradient_s + ring_all_gather_s(features)
+    # tp_floats = f's all-reduce of the features' gradient (b·F) + g's of the logits (b·C).
+    logits = int(row["tp_floats"]) - features
+    return (gradient_s + ring_all_gather_s(features) + ring_allreduce_s(features) +
+            ring_allreduce_s(logits))
 
 
 def regenerate(folder, results=None):
@@ -169,11 +177,11 @@ def report(args):
     write_text(os.path.join(args.out, "tables.md"), tables(args.out, draw=True))
 
 
-def tables(OUT, draw):
-    """tables.md's text from the CSVs in folder OUT; with `draw`, the PNGs too."""
+def tables(results_dir, draw):
+    """tables.md's text from the CSVs in results_dir; with `draw`, the PNGs too."""
     parts = ["# Hybrid CNN: tables\n",
              "Written by `experiments/hybrid_cnn.py report` from the CSVs of this folder.\n"]
-    acc_path = os.path.join(OUT, "accuracy.csv")
+    acc_path = os.path.join(results_dir, "accuracy.csv")
     acc = read_csv(acc_path) if os.path.exists(acc_path) else None
     if acc:
         rows = []
@@ -189,7 +197,7 @@ def tables(OUT, draw):
         parts += ["\n## Accuracy (accuracy.csv, accuracy.png)\n\n",
                   md_table(["run", "final test acc.", "best", ">= 91 %", "train time to 90 %",
                             "train time"], rows)]
-    cmp_path = os.path.join(OUT, "compare.csv")
+    cmp_path = os.path.join(results_dir, "compare.csv")
     cmp = read_csv(cmp_path) if os.path.exists(cmp_path) else None
     bws = {"10gbit": 10e9 / 8, "1gbit": 1e9 / 8}
     if cmp:
@@ -211,7 +219,7 @@ def tables(OUT, draw):
                   "docstring).\n\n",
                   md_table(["scheme", "n", "net", "dp floats", "gather floats", "tp floats",
                             "dp MB", "tp MB", "step ms", "predicted ms"], rows)]
-    split_path = os.path.join(OUT, "split.csv")
+    split_path = os.path.join(results_dir, "split.csv")
     if os.path.exists(split_path):
         sp = read_csv(split_path)
         parts += ["\n## Parameters and FLOPs per layer kind (split.csv)\n\n",
@@ -219,11 +227,11 @@ def tables(OUT, draw):
                             "forward FLOPs (share %, or MFLOP per sample)"],
                            [[r["kind"], r["params_share"], r["flops_share"]] for r in sp])]
     if draw:
-        draw_figures(OUT, acc, cmp, bws)
+        draw_figures(results_dir, acc, cmp, bws)
     return "".join(p if p.endswith("\n") else p + "\n" for p in parts)
 
 
-def draw_figures(OUT, acc, cmp, bws):
+def draw_figures(results_dir, acc, cmp, bws):
     """accuracy.png, step_time.png and bytes.png from the CSVs' rows."""
     import matplotlib
     matplotlib.use("Agg")
@@ -241,7 +249,7 @@ def draw_figures(OUT, acc, cmp, bws):
         ax.legend()
         ax.set_title("Fashion-MNIST CNN: serial vs hybrid on 4 ranks")
         fig.tight_layout()
-        fig.savefig(os.path.join(OUT, "accuracy.png"), dpi=120)
+        fig.savefig(os.path.join(results_dir, "accuracy.png"), dpi=120)
     if not cmp:
         return
     off = {(r["scheme"], r["n"]): float(r["step_s"]) for r in cmp if r["net"] == "off"}
@@ -261,7 +269,7 @@ def draw_figures(OUT, acc, cmp, bws):
         ax.set_xticks(RANKS)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(OUT, "step_time.png"), dpi=120)
+    fig.savefig(os.path.join(results_dir, "step_time.png"), dpi=120)
     fig, ax = plt.subplots(figsize=(6, 4))
     labels, dp, tp = [], [], []
     for r in cmp:
@@ -275,7 +283,7 @@ def draw_figures(OUT, acc, cmp, bws):
     ax.set_ylabel("MB sent per step and rank")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(os.path.join(OUT, "bytes.png"), dpi=120)
+    fig.savefig(os.path.join(results_dir, "bytes.png"), dpi=120)
 
 
 def main():

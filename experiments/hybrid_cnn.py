@@ -5,7 +5,8 @@ experiments/cnn_fmnist.yaml.
 
     experiments/hybrid_cnn.py accuracy   [--psar PATH]
     experiments/hybrid_cnn.py compare    [--psar PATH] [--steps N]
-    experiments/hybrid_cnn.py report
+    experiments/hybrid_cnn.py crossover  [--psar PATH] [--steps N]
+    experiments/hybrid_cnn.py report     [--out FOLDER]
 
 Every run goes through `flock /tmp/psar-measure.lock` (one benchmark at a
 time on the shared machine). Writes into results/hybrid_cnn/:
@@ -24,6 +25,16 @@ time on the shared machine). Writes into results/hybrid_cnn/:
                      psar prints at the start of a CNN run)
   machine_<part>.md: the commit, the load average before and after and the
     steal time of that part's runs
+
+crossover writes into its own folder, results/hybrid_cnn_crossover/
+(runs/ without --reference): plain DP vs hybrid at n = 2 on the emulated
+1 Gbit/s network over batch sizes 32..512, where the alpha-beta model puts
+the crossover (hybrid's traffic grows with the batch, plain DP's does not),
+and then its tables.md and crossover.png:
+      crossover.csv  scheme,n,batch,step_s,comm_s,dp_bytes,tp_bytes,
+                     predicted_comm_s (comm_s: the seconds inside the
+                     collectives, tp_s + dp_s of axes.csv, per step and
+                     rank, the mean over ranks and steps after two warm-up)
   report: figures and tables.md from the CSVs above (no runs):
       accuracy.png, bytes.png, step_time.png, tables.md
 
@@ -35,6 +46,9 @@ features of the batch b*F all-gathered ((n-1)(a + 4bF/(nB))), their
 gradient all-reduced by f (2(n-1)(a + 4bF/(nB))) and the logits by g
 (2(n-1)(a + 4bC/(nB))). Predicted step = the measured step time with the
 network off + the predicted communication time on the emulated network.
+Equating hybrid's communication with plain DP's (F features per sample, C
+classes) puts the crossover at the batch
+b* = (8(P - P_c) - 5anB) / (12F + 8C): hybrid communicates less below it.
 """
 
 import argparse
@@ -50,6 +64,10 @@ YAML = os.path.join(ROOT, "experiments", "cnn_fmnist.yaml")
 NETS = [("off", None), ("10gbit", "10Gbit"), ("1gbit", "1Gbit")]
 LATENCY_S = 20e-6
 RANKS = [2, 4, 8]
+# crossover: n, the emulated network and the batch sizes swept.
+CROSSOVER_RANKS = 2
+CROSSOVER_NET = ("1gbit", "1Gbit", 1e9 / 8)  # name, net.bandwidth, bytes/s
+CROSSOVER_BATCHES = [32, 64, 128, 256, 512]
 # Plain data parallelism, hybrid (FC tensor-parallel), hybrid with the FC replicated.
 SCHEMES = ["dp", "hybrid", "fc_replicated"]
 
@@ -105,27 +123,79 @@ def compare(args):
                 m = re.search(r"^cnn: .*$", out, re.M)
                 if m and split is None:
                     split = m.group(0)
-                steps = [r for r in read_csv(os.path.join(run_dir, "steps.csv"))
-                         if int(r["step"]) > 2]
-                axes = [r for r in read_csv(os.path.join(run_dir, "axes.csv"))
-                        if int(r["step"]) > 2]
-                per_step = {}
-                for r in steps:
-                    per_step.setdefault(int(r["step"]), []).append(float(r["step_s"]))
+                means, axes = per_step_means(run_dir)
                 rows.append({
                     "scheme": scheme, "n": n, "net": net,
-                    "step_s": f"{mean([max(v) for v in per_step.values()]):.6f}",
-                    "compute_s": f"{mean([float(r['compute_s']) for r in steps]):.6f}",
-                    "sync_s": f"{mean([float(r['sync_s']) for r in steps]):.6f}",
-                    "dp_floats": axes[0]["dp_floats"],
-                    "tp_floats": axes[0]["tp_floats"],
-                    "gather_floats": axes[0]["tp_gather_floats"],
-                    "dp_bytes": f"{mean([float(r['dp_bytes_sent']) for r in axes]):.0f}",
-                    "tp_bytes": f"{mean([float(r['tp_bytes_sent']) for r in axes]):.0f}",
+                    **{k: f"{means[k]:.6f}" for k in ["step_s", "compute_s", "sync_s"]},
+                    "dp_floats": axes["dp_floats"],
+                    "tp_floats": axes["tp_floats"],
+                    "gather_floats": axes["tp_gather_floats"],
+                    **{k: f"{means[k]:.0f}" for k in ["dp_bytes", "tp_bytes"]},
                 })
                 write_csv(os.path.join(results_dir, "compare.csv"), rows)
     write_csv(os.path.join(results_dir, "split.csv"), parse_split(split))
     write_text(os.path.join(results_dir, "machine_compare.md"), runner.machine_note(before) + "\n")
+
+
+def per_step_means(run_dir):
+    """A run's step time (the slowest rank's, mean over steps), compute and
+    sync seconds (steps.csv), seconds inside the collectives (tp_s + dp_s of
+    axes.csv) and bytes sent per axis (the last four: means over ranks and
+    steps), steps 1 and 2 dropped as warm-up; and the first axes.csv row."""
+    steps = [r for r in read_csv(os.path.join(run_dir, "steps.csv")) if int(r["step"]) > 2]
+    axes = [r for r in read_csv(os.path.join(run_dir, "axes.csv")) if int(r["step"]) > 2]
+    if not steps or not axes:
+        sys.exit(f"hybrid_cnn.py: {run_dir} has no step after the two warm-up steps "
+                 "(raise --steps)")
+    slowest = {}
+    for r in steps:
+        slowest[int(r["step"])] = max(slowest.get(int(r["step"]), 0.0), float(r["step_s"]))
+    return {"step_s": mean(list(slowest.values())),
+            "compute_s": mean([float(r["compute_s"]) for r in steps]),
+            "sync_s": mean([float(r["sync_s"]) for r in steps]),
+            "comm_s": mean([float(r["tp_s"]) + float(r["dp_s"]) for r in axes]),
+            "dp_bytes": mean([float(r["dp_bytes_sent"]) for r in axes]),
+            "tp_bytes": mean([float(r["tp_bytes_sent"]) for r in axes])}, axes[0]
+
+
+def crossover(args):
+    results_dir = args.out
+    rows = []
+    before = runner.machine_state()
+    n, (net, bw, bandwidth) = CROSSOVER_RANKS, CROSSOVER_NET
+    for batch in CROSSOVER_BATCHES:
+        for scheme in ["dp", "hybrid"]:
+            run_dir = os.path.join(results_dir, "runs", f"{scheme}_n{n}_{net}_b{batch}")
+            train(args.psar, n, run_dir, [
+                f"train.steps={args.steps}", "train.epochs=null", "train.eval_every=0",
+                "data.test_limit=64", f"train.batch_size={batch}",
+                f"parallel.hybrid={'true' if scheme == 'hybrid' else 'false'}",
+                f"net.bandwidth={bw}", f"net.latency={int(LATENCY_S * 1e6)}us"])
+            m, axes = per_step_means(run_dir)
+            row = {"scheme": scheme, "n": n, "batch": batch, "dp_floats": axes["dp_floats"],
+                   "tp_floats": axes["tp_floats"], "gather_floats": axes["tp_gather_floats"]}
+            rows.append({"scheme": scheme, "n": n, "batch": batch,
+                         "step_s": f"{m['step_s']:.6f}", "comm_s": f"{m['comm_s']:.6f}",
+                         "dp_bytes": f"{m['dp_bytes']:.0f}", "tp_bytes": f"{m['tp_bytes']:.0f}",
+                         "predicted_comm_s": f"{predicted_comm_s(row, bandwidth):.6f}"})
+            write_csv(os.path.join(results_dir, "crossover.csv"), rows)
+    write_text(os.path.join(results_dir, "machine_crossover.md"),
+               runner.machine_note(before) + "\n")
+    report(args)
+
+
+def crossing_batch(rows, column):
+    """The batch size at which hybrid's `column` meets plain DP's, by linear
+    interpolation between the two swept batch sizes around the first sign
+    change of hybrid − dp; None if it does not change sign."""
+    by = {(r["scheme"], int(r["batch"])): float(r[column]) for r in rows}
+    batches = sorted({int(r["batch"]) for r in rows})
+    gaps = [(b, by[("hybrid", b)] - by[("dp", b)]) for b in batches
+            if ("hybrid", b) in by and ("dp", b) in by]
+    for (b0, g0), (b1, g1) in zip(gaps, gaps[1:]):
+        if g0 <= 0 < g1 or g0 >= 0 > g1:
+            return b0 + (b1 - b0) * g0 / (g0 - g1)
+    return None
 
 
 def parse_split(line):
@@ -219,6 +289,27 @@ def tables(results_dir, draw):
                   "docstring).\n\n",
                   md_table(["scheme", "n", "net", "dp floats", "gather floats", "tp floats",
                             "dp MB", "tp MB", "step ms", "predicted ms"], rows)]
+    cross_path = os.path.join(results_dir, "crossover.csv")
+    cross = read_csv(cross_path) if os.path.exists(cross_path) else None
+    if cross:
+        def at(column):
+            b = crossing_batch(cross, column)
+            return "no crossing in the swept range" if b is None else f"batch {b:.0f}"
+        rows = [[r["scheme"], r["n"], r["batch"], f"{float(r['dp_bytes']) / 1e6:.3f}",
+                 f"{float(r['tp_bytes']) / 1e6:.3f}", f"{1e3 * float(r['comm_s']):.1f}",
+                 f"{1e3 * float(r['predicted_comm_s']):.1f}", f"{1e3 * float(r['step_s']):.1f}"]
+                for r in cross]
+        parts += [f"\n## Crossover over the batch size (crossover.csv, crossover.png)\n\n"
+                  f"n = {cross[0]['n']}, network emulated at {CROSSOVER_NET[0]} "
+                  f"(latency {LATENCY_S * 1e6:.0f} us). Communication ms: the seconds inside the "
+                  "collectives per step and rank, measured (tp_s + dp_s of axes.csv) and "
+                  "predicted by the alpha-beta model from the floats each axis hands its "
+                  "collectives.\n\n",
+                  md_table(["scheme", "n", "batch", "dp MB", "tp MB", "comm ms",
+                            "predicted comm ms", "step ms"], rows),
+                  "\nHybrid's communication equals plain DP's at: predicted "
+                  f"{at('predicted_comm_s')}; measured {at('comm_s')} (communication), "
+                  f"{at('step_s')} (whole step).\n"]
     split_path = os.path.join(results_dir, "split.csv")
     if os.path.exists(split_path):
         sp = read_csv(split_path)
@@ -228,6 +319,8 @@ def tables(results_dir, draw):
                            [[r["kind"], r["params_share"], r["flops_share"]] for r in sp])]
     if draw:
         draw_figures(results_dir, acc, cmp, bws)
+        if cross:
+            draw_crossover(results_dir, cross)
     return "".join(p if p.endswith("\n") else p + "\n" for p in parts)
 
 
@@ -286,22 +379,48 @@ def draw_figures(results_dir, acc, cmp, bws):
     fig.savefig(os.path.join(results_dir, "bytes.png"), dpi=120)
 
 
+def draw_crossover(results_dir, cross):
+    """crossover.png: communication seconds per step against the batch size,
+    measured and predicted, both schemes."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for scheme, color in [("dp", "C0"), ("hybrid", "C1")]:
+        rs = [r for r in cross if r["scheme"] == scheme]
+        bs = [int(r["batch"]) for r in rs]
+        ax.plot(bs, [1e3 * float(r["comm_s"]) for r in rs], marker="o", color=color,
+                label=f"{scheme} measured")
+        ax.plot(bs, [1e3 * float(r["predicted_comm_s"]) for r in rs], ls="--", color=color,
+                label=f"{scheme} alpha-beta")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(CROSSOVER_BATCHES, [str(b) for b in CROSSOVER_BATCHES])
+    ax.set_xlabel("global batch size")
+    ax.set_ylabel("communication ms per step and rank")
+    ax.set_title(f"plain DP vs hybrid, n = {cross[0]['n']}, {CROSSOVER_NET[0]} emulated")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(results_dir, "crossover.png"), dpi=120)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["accuracy", "compare", "report"])
+    ap.add_argument("part", choices=["accuracy", "compare", "crossover", "report"])
     ap.add_argument("--psar", default=None)
     ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--out", help="default: runs/hybrid_cnn, or results/hybrid_cnn with --reference")
+    ap.add_argument("--out", help="default: runs/hybrid_cnn (crossover: runs/hybrid_cnn_crossover), "
+                                  "or the same under results/ with --reference")
     runner.add_output_flags(ap)
     args = ap.parse_args()
-    args.out = args.out or os.path.join(runner.output_root(args), "hybrid_cnn")
+    folder = "hybrid_cnn_crossover" if args.part == "crossover" else "hybrid_cnn"
+    args.out = args.out or os.path.join(runner.output_root(args), folder)
     os.makedirs(args.out, exist_ok=True)
     if args.part == "report":
         report(args)
         return
     args.psar = runner.psar_binary(args.psar)
     state = runner.begin(args.out, args.exploratory, args.psar, reference=args.reference)
-    {"accuracy": accuracy, "compare": compare}[args.part](args)
+    {"accuracy": accuracy, "compare": compare, "crossover": crossover}[args.part](args)
     runner.record_provenance(args.out, state)
 
 

@@ -179,7 +179,10 @@ void Cnn::set_batch(const Batch& batch) {
 }
 
 namespace {
-void sized(Buffer& v, int64_t n) { v.resize(static_cast<size_t>(n)); }
+// An empty buffer stays unallocated (a stage without a pool has no pooled output).
+void sized(Buffer& v, int64_t n) {
+  if (n > 0 || !v.empty()) v.resize(static_cast<size_t>(n));
+}
 void sized_list(std::vector<Buffer>& list, size_t count) { list.resize(count); }
 }  // namespace
 

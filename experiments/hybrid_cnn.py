@@ -61,7 +61,9 @@ from psar_exp import ROOT, runner
 from psar_exp.io import md_table, read_csv, write_csv, write_text
 
 YAML = os.path.join(ROOT, "experiments", "cnn_fmnist.yaml")
-NETS = [("off", None), ("10gbit", "10Gbit"), ("1gbit", "1Gbit")]
+# The networks of compare: name, net.bandwidth (None: emulation off), bytes/s.
+NETS = [("off", None, None), ("10gbit", "10Gbit", 10e9 / 8), ("1gbit", "1Gbit", 1e9 / 8)]
+NET_BYTES_PER_S = {name: bytes_per_s for name, _, bytes_per_s in NETS if bytes_per_s}
 LATENCY_S = 20e-6
 RANKS = [2, 4, 8]
 # crossover: n, the emulated network and the batch sizes swept.
@@ -111,18 +113,14 @@ def compare(args):
     rows, split = [], None
     before = runner.machine_state()
     for n in RANKS:
-        for net, bw in NETS:
+        for net, bandwidth_setting, _ in NETS:
             for scheme in SCHEMES:
                 run_dir = os.path.join(results_dir, "runs", f"{scheme}_n{n}_{net}")
-                sets = [f"train.steps={args.steps}", "train.epochs=null", "train.eval_every=0",
-                        "data.test_limit=64", f"parallel.hybrid={'false' if scheme == 'dp' else 'true'}",
-                        f"parallel.hybrid_fc={'replicated' if scheme == 'fc_replicated' else 'tensor'}"]
-                if bw:
-                    sets += [f"net.bandwidth={bw}", f"net.latency={int(LATENCY_S * 1e6)}us"]
-                out = train(args.psar, n, run_dir, sets)
-                m = re.search(r"^cnn: .*$", out, re.M)
-                if m and split is None:
-                    split = m.group(0)
+                out = train(args.psar, n, run_dir,
+                            timing_run_sets(args.steps, scheme, bandwidth_setting))
+                summary_line = re.search(r"^cnn: .*$", out, re.M)
+                if summary_line and split is None:
+                    split = summary_line.group(0)
                 means, axes = per_step_means(run_dir)
                 rows.append({
                     "scheme": scheme, "n": n, "net": net,
@@ -135,6 +133,18 @@ def compare(args):
                 write_csv(os.path.join(results_dir, "compare.csv"), rows)
     write_csv(os.path.join(results_dir, "split.csv"), parse_split(split))
     write_text(os.path.join(results_dir, "machine_compare.md"), runner.machine_note(before) + "\n")
+
+
+def timing_run_sets(steps, scheme, bandwidth_setting):
+    """The --set values of a timing run: `steps` steps without evaluation,
+    `scheme` (one of SCHEMES), the network emulated at `bandwidth_setting`
+    (None: off)."""
+    sets = [f"train.steps={steps}", "train.epochs=null", "train.eval_every=0",
+            "data.test_limit=64", f"parallel.hybrid={'false' if scheme == 'dp' else 'true'}",
+            f"parallel.hybrid_fc={'replicated' if scheme == 'fc_replicated' else 'tensor'}"]
+    if bandwidth_setting:
+        sets += [f"net.bandwidth={bandwidth_setting}", f"net.latency={int(LATENCY_S * 1e6)}us"]
+    return sets
 
 
 def per_step_means(run_dir):
@@ -162,15 +172,12 @@ def crossover(args):
     results_dir = args.out
     rows = []
     before = runner.machine_state()
-    n, (net, bw, bandwidth) = CROSSOVER_RANKS, CROSSOVER_NET
+    n, (net, bandwidth_setting, bandwidth) = CROSSOVER_RANKS, CROSSOVER_NET
     for batch in CROSSOVER_BATCHES:
         for scheme in ["dp", "hybrid"]:
             run_dir = os.path.join(results_dir, "runs", f"{scheme}_n{n}_{net}_b{batch}")
-            train(args.psar, n, run_dir, [
-                f"train.steps={args.steps}", "train.epochs=null", "train.eval_every=0",
-                "data.test_limit=64", f"train.batch_size={batch}",
-                f"parallel.hybrid={'true' if scheme == 'hybrid' else 'false'}",
-                f"net.bandwidth={bw}", f"net.latency={int(LATENCY_S * 1e6)}us"])
+            train(args.psar, n, run_dir, timing_run_sets(args.steps, scheme, bandwidth_setting) +
+                  [f"train.batch_size={batch}"])
             m, axes = per_step_means(run_dir)
             row = {"scheme": scheme, "n": n, "batch": batch, "dp_floats": axes["dp_floats"],
                    "tp_floats": axes["tp_floats"], "gather_floats": axes["tp_gather_floats"]}
@@ -238,6 +245,19 @@ def predicted_comm_s(row, bandwidth):
             ring_allreduce_s(logits))
 
 
+def network_off_step_s(compare_rows):
+    """(scheme, n) -> the step seconds measured with the network off."""
+    return {(r["scheme"], r["n"]): float(r["step_s"]) for r in compare_rows if r["net"] == "off"}
+
+
+def predicted_step_s(row, off_step_s):
+    """The predicted step of a compare.csv row on an emulated network: its
+    scheme's step measured with the network off (off_step_s) plus the
+    alpha-beta communication time."""
+    return (off_step_s[(row["scheme"], row["n"])] +
+            predicted_comm_s(row, NET_BYTES_PER_S[row["net"]]))
+
+
 def regenerate(folder, results=None):
     """tables.md from the committed CSVs (psar_exp check); no figure drawn."""
     return {"tables.md": tables(folder, draw=False)}
@@ -252,11 +272,11 @@ def tables(results_dir, draw):
     parts = ["# Hybrid CNN: tables\n",
              "Written by `experiments/hybrid_cnn.py report` from the CSVs of this folder.\n"]
     acc_path = os.path.join(results_dir, "accuracy.csv")
-    acc = read_csv(acc_path) if os.path.exists(acc_path) else None
-    if acc:
+    accuracy_rows = read_csv(acc_path) if os.path.exists(acc_path) else None
+    if accuracy_rows:
         rows = []
-        for run in sorted({r["run"] for r in acc}):
-            rs = [r for r in acc if r["run"] == run]
+        for run in sorted({r["run"] for r in accuracy_rows}):
+            rs = [r for r in accuracy_rows if r["run"] == run]
             first90 = next((r for r in rs if float(r["test_accuracy"]) >= 0.90), None)
             best = max(float(r["test_accuracy"]) for r in rs)
             rows.append([run, f"{float(rs[-1]['test_accuracy']):.4f}", f"{best:.4f}",
@@ -268,15 +288,14 @@ def tables(results_dir, draw):
                   md_table(["run", "final test acc.", "best", ">= 91 %", "train time to 90 %",
                             "train time"], rows)]
     cmp_path = os.path.join(results_dir, "compare.csv")
-    cmp = read_csv(cmp_path) if os.path.exists(cmp_path) else None
-    bws = {"10gbit": 10e9 / 8, "1gbit": 1e9 / 8}
-    if cmp:
-        off = {(r["scheme"], r["n"]): float(r["step_s"]) for r in cmp if r["net"] == "off"}
+    compare_rows = read_csv(cmp_path) if os.path.exists(cmp_path) else None
+    if compare_rows:
+        off_step_s = network_off_step_s(compare_rows)
         rows = []
-        for r in cmp:
+        for r in compare_rows:
             pred = ""
-            if r["net"] in bws and (r["scheme"], r["n"]) in off:
-                pred = f"{1e3 * (off[(r['scheme'], r['n'])] + predicted_comm_s(r, bws[r['net']])):.1f}"
+            if r["net"] in NET_BYTES_PER_S and (r["scheme"], r["n"]) in off_step_s:
+                pred = f"{1e3 * predicted_step_s(r, off_step_s):.1f}"
             rows.append([r["scheme"], r["n"], r["net"], r["dp_floats"], r["gather_floats"],
                          r["tp_floats"], f"{float(r['dp_bytes']) / 1e6:.3f}",
                          f"{float(r['tp_bytes']) / 1e6:.3f}", f"{1e3 * float(r['step_s']):.1f}",
@@ -290,17 +309,17 @@ def tables(results_dir, draw):
                   md_table(["scheme", "n", "net", "dp floats", "gather floats", "tp floats",
                             "dp MB", "tp MB", "step ms", "predicted ms"], rows)]
     cross_path = os.path.join(results_dir, "crossover.csv")
-    cross = read_csv(cross_path) if os.path.exists(cross_path) else None
-    if cross:
+    crossover_rows = read_csv(cross_path) if os.path.exists(cross_path) else None
+    if crossover_rows:
         def at(column):
-            b = crossing_batch(cross, column)
+            b = crossing_batch(crossover_rows, column)
             return "no crossing in the swept range" if b is None else f"batch {b:.0f}"
         rows = [[r["scheme"], r["n"], r["batch"], f"{float(r['dp_bytes']) / 1e6:.3f}",
                  f"{float(r['tp_bytes']) / 1e6:.3f}", f"{1e3 * float(r['comm_s']):.1f}",
                  f"{1e3 * float(r['predicted_comm_s']):.1f}", f"{1e3 * float(r['step_s']):.1f}"]
-                for r in cross]
+                for r in crossover_rows]
         parts += [f"\n## Crossover over the batch size (crossover.csv, crossover.png)\n\n"
-                  f"n = {cross[0]['n']}, network emulated at {CROSSOVER_NET[0]} "
+                  f"n = {crossover_rows[0]['n']}, network emulated at {CROSSOVER_NET[0]} "
                   f"(latency {LATENCY_S * 1e6:.0f} us). Communication ms: the seconds inside the "
                   "collectives per step and rank, measured (tp_s + dp_s of axes.csv) and "
                   "predicted by the alpha-beta model from the floats each axis hands its "
@@ -312,27 +331,27 @@ def tables(results_dir, draw):
                   f"{at('step_s')} (whole step).\n"]
     split_path = os.path.join(results_dir, "split.csv")
     if os.path.exists(split_path):
-        sp = read_csv(split_path)
+        split_rows = read_csv(split_path)
         parts += ["\n## Parameters and FLOPs per layer kind (split.csv)\n\n",
                   md_table(["kind", "parameters (share %, or total)",
                             "forward FLOPs (share %, or MFLOP per sample)"],
-                           [[r["kind"], r["params_share"], r["flops_share"]] for r in sp])]
+                           [[r["kind"], r["params_share"], r["flops_share"]] for r in split_rows])]
     if draw:
-        draw_figures(results_dir, acc, cmp, bws)
-        if cross:
-            draw_crossover(results_dir, cross)
+        draw_figures(results_dir, accuracy_rows, compare_rows)
+        if crossover_rows:
+            draw_crossover(results_dir, crossover_rows)
     return "".join(p if p.endswith("\n") else p + "\n" for p in parts)
 
 
-def draw_figures(results_dir, acc, cmp, bws):
+def draw_figures(results_dir, accuracy_rows, compare_rows):
     """accuracy.png, step_time.png and bytes.png from the CSVs' rows."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    if acc:
+    if accuracy_rows:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for run in sorted({r["run"] for r in acc}):
-            rs = [r for r in acc if r["run"] == run]
+        for run in sorted({r["run"] for r in accuracy_rows}):
+            rs = [r for r in accuracy_rows if r["run"] == run]
             ax.plot([float(r["epoch"]) for r in rs], [float(r["test_accuracy"]) for r in rs],
                     marker="o", label=run)
         ax.axhline(0.91, color="gray", ls="--", lw=0.8, label="91 % target")
@@ -343,19 +362,19 @@ def draw_figures(results_dir, acc, cmp, bws):
         ax.set_title("Fashion-MNIST CNN: serial vs hybrid on 4 ranks")
         fig.tight_layout()
         fig.savefig(os.path.join(results_dir, "accuracy.png"), dpi=120)
-    if not cmp:
+    if not compare_rows:
         return
-    off = {(r["scheme"], r["n"]): float(r["step_s"]) for r in cmp if r["net"] == "off"}
+    off_step_s = network_off_step_s(compare_rows)
     fig, axs = plt.subplots(1, 3, figsize=(13, 4), sharey=False)
-    for ax, (net, _) in zip(axs, NETS):
+    for ax, (net, _, _) in zip(axs, NETS):
         for scheme, color in zip(SCHEMES, ["C0", "C1", "C2"]):
-            rs = [r for r in cmp if r["net"] == net and r["scheme"] == scheme]
+            rs = [r for r in compare_rows if r["net"] == net and r["scheme"] == scheme]
             ns = [int(r["n"]) for r in rs]
             ax.plot(ns, [1e3 * float(r["step_s"]) for r in rs], marker="o", color=color,
                     label=f"{scheme} measured")
-            if net in bws:
-                ax.plot(ns, [1e3 * (off[(scheme, r["n"])] + predicted_comm_s(r, bws[net]))
-                             for r in rs], ls="--", color=color, label=f"{scheme} alpha-beta")
+            if net in NET_BYTES_PER_S:
+                ax.plot(ns, [1e3 * predicted_step_s(r, off_step_s) for r in rs], ls="--",
+                        color=color, label=f"{scheme} alpha-beta")
         ax.set_title(f"network {net}")
         ax.set_xlabel("ranks n")
         ax.set_ylabel("step time (ms)")
@@ -365,7 +384,7 @@ def draw_figures(results_dir, acc, cmp, bws):
     fig.savefig(os.path.join(results_dir, "step_time.png"), dpi=120)
     fig, ax = plt.subplots(figsize=(6, 4))
     labels, dp, tp = [], [], []
-    for r in cmp:
+    for r in compare_rows:
         if r["net"] != "off":
             continue
         labels.append(f"{r['scheme']}\nn={r['n']}")
@@ -379,7 +398,7 @@ def draw_figures(results_dir, acc, cmp, bws):
     fig.savefig(os.path.join(results_dir, "bytes.png"), dpi=120)
 
 
-def draw_crossover(results_dir, cross):
+def draw_crossover(results_dir, crossover_rows):
     """crossover.png: communication seconds per step against the batch size,
     measured and predicted, both schemes."""
     import matplotlib
@@ -387,7 +406,7 @@ def draw_crossover(results_dir, cross):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 4))
     for scheme, color in [("dp", "C0"), ("hybrid", "C1")]:
-        rs = [r for r in cross if r["scheme"] == scheme]
+        rs = [r for r in crossover_rows if r["scheme"] == scheme]
         bs = [int(r["batch"]) for r in rs]
         ax.plot(bs, [1e3 * float(r["comm_s"]) for r in rs], marker="o", color=color,
                 label=f"{scheme} measured")
@@ -397,7 +416,7 @@ def draw_crossover(results_dir, cross):
     ax.set_xticks(CROSSOVER_BATCHES, [str(b) for b in CROSSOVER_BATCHES])
     ax.set_xlabel("global batch size")
     ax.set_ylabel("communication ms per step and rank")
-    ax.set_title(f"plain DP vs hybrid, n = {cross[0]['n']}, {CROSSOVER_NET[0]} emulated")
+    ax.set_title(f"plain DP vs hybrid, n = {crossover_rows[0]['n']}, {CROSSOVER_NET[0]} emulated")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(results_dir, "crossover.png"), dpi=120)

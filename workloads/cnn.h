@@ -139,11 +139,11 @@ class Cnn final : public Model {
   std::unique_ptr<ShardedParams> params_;
   ParamStore* store_ = nullptr;
   const Batch* batch_ = nullptr;
-  Device device_ = Device::kCpu;  // the parameter store's (train.device)
-  DeviceBatch staged_;            // batch_ on device_
-  DeviceBatch eval_staged_;
-  Buffer cols_;                       // im2col scratch of the largest stage
-  std::vector<float> gather_host_;    // the features' all-gather, staged on a CUDA device
+  Device device_ = Device::kCpu;    // the parameter store's (train.device)
+  DeviceBatch staged_;              // batch_ on device_
+  DeviceBatch eval_staged_;         // the evaluation batch on device_
+  Buffer cols_;                     // im2col scratch of the largest stage
+  std::vector<float> gather_host_;  // the features' all-gather, staged on a CUDA device
   double loss_ = 0;
 };
 

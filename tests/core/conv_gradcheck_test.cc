@@ -81,7 +81,8 @@ void check_conv(const ops::Conv2dShape& s, int64_t N) {
   // The reference's own adjoints (which tests/gpu/ops_cuda_test.cc uses)
   // agree with the gradients just checked.
   const ConvRefGrads g = conv_ref_backward(xd, wd, to_double(r), N, s);
-  for (auto [ref, got, what] : {std::tuple{&g.dx, &dx, "dx"}, {&g.dw, &dw, "dw"}, {&g.db, &db, "db"}})
+  for (auto [ref, got, what] :
+       {std::tuple{&g.dx, &dx, "dx"}, {&g.dw, &dw, "dw"}, {&g.db, &db, "db"}})
     for (size_t i = 0; i < ref->size(); ++i)
       ASSERT_NEAR((*got)[i], (*ref)[i], 1e-5 * std::max(1.0, std::abs((*ref)[i])))
           << "conv_ref_backward " << what << " " << i;

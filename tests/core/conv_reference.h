@@ -14,7 +14,8 @@ namespace psar {
 
 // Direct convolution in double: out [N, C_out, H_out, W_out].
 inline std::vector<double> conv_ref(const std::vector<double>& x, const std::vector<double>& w,
-                             const std::vector<double>& b, int64_t N, const ops::Conv2dShape& s) {
+                                    const std::vector<double>& b, int64_t N,
+                                    const ops::Conv2dShape& s) {
   const int64_t Ho = s.H_out(), Wo = s.W_out();
   std::vector<double> y(static_cast<size_t>(N * s.C_out * Ho * Wo));
   for (int64_t n = 0; n < N; ++n)
@@ -36,7 +37,7 @@ inline std::vector<double> conv_ref(const std::vector<double>& x, const std::vec
 }
 
 inline std::vector<double> pool_ref(const std::vector<double>& x, int64_t NC, int64_t H, int64_t W,
-                             int64_t P) {
+                                    int64_t P) {
   const int64_t Ho = H / P, Wo = W / P;
   std::vector<double> y(static_cast<size_t>(NC * Ho * Wo));
   for (int64_t c = 0; c < NC; ++c)

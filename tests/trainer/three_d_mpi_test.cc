@@ -45,6 +45,22 @@ INSTANTIATE_TEST_SUITE_P(Grids, Mpi3d,
                                   (g.sg ? "_sg" : "");
                          });
 
+// Sequence parallelism on (t, p, d) = (2, 2, 2) equals the run without it
+// (1e-5), and selective and full recomputation end bitwise where none ends.
+TEST(Mpi3dSeqPar, SequenceParallelAndRecomputationEqualThePlainRun) {
+  const Grid3d g{2, 2, 2, "1f1b", 1, false};
+  ASSERT_EQ(g.world(), world().size()) << "run with mpirun -np " << g.world();
+  auto cfg = [&](bool sp, const std::string& recompute) {
+    return testing::gpt_3d_config(g, {std::string("parallel.sequence_parallel=") + (sp ? "true" : "false"),
+                                      "train.recompute=" + recompute, "model.dropout=0.1"});
+  };
+  const TrainResult plain = train(world(), cfg(false, "none"));
+  const TrainResult sp = train(world(), cfg(true, "none"));
+  EXPECT_LE(testing::relative_difference(plain.params, sp.params), 1e-5) << "rank " << world().rank();
+  for (const char* mode : {"selective", "full"})
+    EXPECT_EQ(train(world(), cfg(true, mode)).params, sp.params) << mode << " on rank " << world().rank();
+}
+
 // Open MPI's own allreduce as the data-parallel sync of each slice.
 TEST(Mpi3dSync, MpiAllreduceSyncsTheReplicasOfEachSlice) {
   const Grid3d g{2, 2, 2, "1f1b", 1, true};

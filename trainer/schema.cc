@@ -69,6 +69,7 @@ Schema build() {
   s.add({"train.steps", T::kInt, "", "optimizer steps (set steps or epochs)"});
   s.add({"train.epochs", T::kFloat, "", "passes over the training set (set steps or epochs)"});
   s.add({"train.batch_size", T::kInt, "64", "global batch, split evenly over data-parallel ranks"});
+  s.add({"train.recompute", T::kString, "none", "activation recomputation: selective recomputes the attention core, full each block from its input (psar simulate and plan: docs/simulate.md)", {"none", "selective", "full"}});
   s.add({"train.seed", T::kInt, "1", "seed of initialization, shuffling and dropout"});
   s.add({"train.log_every", T::kInt, "50", "steps between progress lines"});
   s.add({"train.eval_every", T::kInt, "0", "steps between test evaluations (0 = once per epoch)"});
@@ -93,6 +94,7 @@ Schema build() {
   s.add({"sync.nccl_algo", T::kString, "auto", "nccl: NCCL_ALGO of the communicator (auto: NCCL's choice or the environment's)", {"auto", "ring", "tree"}});
   s.add({"sync.nccl_proto", T::kString, "auto", "nccl: NCCL_PROTO of the communicator (auto: NCCL's choice or the environment's)", {"auto", "LL", "LL128", "Simple"}});
   s.add({"sync.tuning", T::kString, "", "sync.backend auto: the tuning table psar tune wrote (CSV ranks,algo,bytes,time_us)"});
+  s.add({"sync.zero", T::kInt, "0", "ZeRO stage of an allreduce backend with reduce-scatter and all-gather (ring, halving_doubling, mpi): 1 optimizer state sharded over the data-parallel group, 2 gradients reduce-scattered per bucket too (with sync.overlap); docs/zero.md"});
   s.add({"sync.overlap", T::kBool, "false", "sync gradient buckets on a communication thread while the backward runs (false: one sync after the backward)"});
   s.add({"sync.bucket_bytes", T::kBytes, "1M", "overlap: gradients are synced in buckets of this size (a bucket splits a tensor only when the tensor alone is larger)"});
   s.add({"sync.priority", T::kString, "fifo", "overlap: order of the buckets on the wire (front_first: earlier layers first, in chunks of sync.priority_chunk_bytes)", {"fifo", "front_first"}});
@@ -109,6 +111,7 @@ Schema build() {
   s.add({"parallel.account_head", T::kBool, "false", "even layer split: count the last stage's head and loss as one layer (Megatron's account-for-loss)"});
   s.add({"parallel.order", T::kString, "tp-dp-pp", "rank order of the (p, t, d) grid, fastest-varying axis first (Megatron's tp-dp-pp keeps TP groups adjacent)", {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "pp-tp-dp"}});
   s.add({"parallel.scatter_gather", T::kBool, "false", "between pipeline stages each TP rank sends 1/t of the activation and the receiving stage all-gathers it (Megatron's scatter/gather)"});
+  s.add({"parallel.sequence_parallel", T::kBool, "false", "t > 1: the TP all-reduces become reduce-scatter + all-gather and layer norm and dropout run on 1/t of the sequence (Megatron's sequence parallelism)"});
   s.add({"parallel.tp_allreduce", T::kString, "ring", "allreduce algorithm of tensor-parallel all-reduces", {}, &all_allreducers});
   s.add({"parallel.hybrid", T::kBool, "false", "cnn: Krizhevsky's hybrid: the n workers run the convolutions data-parallel on their slices of the batch and the fully connected layers tensor-parallel on the all-gathered features (parallel.tp = 1, parallel.pp = 1)"});
   s.add({"parallel.hybrid_fc", T::kString, "tensor", "parallel.hybrid: the fully connected layers tensor-parallel (column, row, ...) or replicated on every rank", {"tensor", "replicated"}});
@@ -153,6 +156,7 @@ Schema build() {
   s.add({"cluster.gpu.gemm_efficiency", T::kFloat, "0.5", "simulate: share of peak a layer's FLOPs run at"});
   s.add({"cluster.gpu.kernel_overhead", T::kDuration, "0us", "simulate: fixed cost per kernel launch"});
   s.add({"cluster.gpu.memory", T::kBytes, "80G", "simulate/plan: memory per GPU"});
+  s.add({"cluster.gpu.memory_margin", T::kFloat, "0.1", "plan: share of a GPU's memory kept free for the allocator's fragmentation and the CUDA context"});
   s.add({"cluster.gpu.sms", T::kInt, "0", "simulate: streaming multiprocessors, for the GEMMs' wave quantization (A100: 108, H100 SXM: 132; 0 = off)"});
   s.add({"cluster.gpu.memory_bandwidth", T::kBandwidth, "", "simulate: GPU memory bandwidth for the layers' memory-bound kernels (A100 80GB: 2039GB/s; unset = those kernels cost only their launch)"});
   s.add({"cluster.gpu.gemm_tiles", T::kIntList, "[128, 256, 256, 128, 128, 128]", "simulate: a GEMM's output tiles as (rows, cols) pairs; each GEMM takes the one that fills its waves best (wave quantization)"});
@@ -161,7 +165,9 @@ Schema build() {
   s.add({"cluster.inter.bandwidth", T::kBandwidth, "200Gbit", "simulate: per-NIC bandwidth between nodes, each way"});
   s.add({"cluster.inter.latency", T::kDuration, "5us", "simulate: per-message latency between nodes"});
   s.add({"cluster.inter.nics_per_node", T::kInt, "8", "simulate: NICs per node (GPU i uses NIC i·nics/gpus_per_node)"});
-  s.add({"simulate.recompute", T::kBool, "false", "simulate: full activation recomputation (one more forward per backward)"});
+  s.add({"simulate.kv_heads", T::kInt, "0", "simulate/plan: key-value heads of grouped-query attention (0 = model.heads)"});
+  s.add({"simulate.ffn", T::kInt, "0", "simulate/plan: the MLP's inner width (0 = 4 x model.d_model)"});
+  s.add({"simulate.mlp", T::kString, "gelu", "simulate/plan: the MLP's activation (swiglu: gate and up projections, Llama's)", {"gelu", "swiglu"}});
   s.add({"simulate.flash_attention", T::kBool, "false", "simulate: fused attention (FlashAttention): the scores' softmax and dropout move no GPU memory"});
   s.add({"simulate.dtype_bytes", T::kInt, "2", "simulate: bytes per activation element (bf16: 2)"});
   s.add({"simulate.grad_bytes", T::kInt, "4", "simulate: bytes per gradient element in memory and on a parameter server's wire (an allreduce's wire: sync.dtype)"});

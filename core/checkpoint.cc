@@ -1,4 +1,4 @@
-#include "trainer/checkpoint.h"
+#include "core/checkpoint.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,7 +10,6 @@
 #include "core/csv.h"
 #include "core/errors.h"
 #include "core/rng.h"
-#include "trainer/schema.h"
 
 namespace psar {
 
@@ -273,7 +272,7 @@ void check_resumable(const CheckpointFile& manifest, const Config& config, const
                      const std::string& where) {
   std::vector<std::string> why;
   const Config saved =
-      Config::load_string(manifest.get("config"), config_schema(), {}, manifest.origin());
+      Config::load_string(manifest.get("config"), config.schema(), {}, manifest.origin());
   const std::string keys = config_differences(saved.flat(), config.flat(), "the checkpoint",
                                               "this run", &resume_may_differ);
   if (!keys.empty()) why.push_back("configuration: " + keys);

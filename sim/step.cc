@@ -225,11 +225,16 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
                                          s.flash_attention) /
                  cluster.gpu.memory_bandwidth
            : 0.0);
+  const double bw = cluster.gpu.memory_bandwidth;
+  const double logits = static_cast<double>(s.microbatch) * static_cast<double>(s.model.seq) *
+                        static_cast<double>(s.model.vocab) / t;
+  const double ce_f = bw > 0 ? logits * (s.dtype_bytes + kCrossEntropyForwardBytes) / bw : 0.0,
+               ce_b = bw > 0 ? logits * (s.dtype_bytes + kCrossEntropyBackwardBytes) / bw : 0.0;
   const double block_k = kKernelsPerBlockForward * ovh + memory_s,
                head_k = kKernelsHeadForward * ovh;
   const double block_f = block.forward + block_k, block_bi = block.input_grad + block_k,
                block_bw = block.weight_grad + block_k;
-  const double head_f = head.forward + head_k, head_bi = head.input_grad + head_k,
+  const double head_f = head.forward + head_k + ce_f, head_bi = head.input_grad + head_k + ce_b,
                head_bw = head.weight_grad + head_k;
   const double tp2 = 2 * out.tp_allreduce_s;  // g forward, or f backward, per block
   const bool full = s.recompute == Recompute::kFull;
@@ -372,6 +377,17 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
   // overlap each starts when its stage's last action is done and syncs the
   // stage's whole gradient; with overlap, bucket by bucket (below).
   double done = out.pipeline_s;
+  // Each stage's optimizer step on the shard its GPUs step.
+  std::vector<double> opt(static_cast<size_t>(p), 0.0);
+  for (int st = 0; st < p; ++st)
+    if (bw > 0)
+      opt[static_cast<size_t>(st)] = static_cast<double>(out.stages[static_cast<size_t>(st)].params) /
+                                     (s.zero > 0 ? d : 1) * kAdamStepBytesPerParam / bw;
+  const bool step_inside_sync = d > 1 && (s.zero == 1 || s.zero == 2);
+  auto stepped = [&](std::vector<double> at) {  // the RS ends, plus the step
+    for (int st = 0; st < p; ++st) at[static_cast<size_t>(st)] += opt[static_cast<size_t>(st)];
+    return at;
+  };
   // By gradient count and the group's node map (what the hierarchical
   // program reads; the others ignore it).
   std::map<std::pair<int64_t, std::vector<int>>, Program> lists;
@@ -446,7 +462,7 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
       for (size_t k = 0; k < ends.size(); ++k)
         scattered[static_cast<size_t>(run_stage[k])] =
             std::max(scattered[static_cast<size_t>(run_stage[k])], ends[k]);
-      const std::vector<double> gathered = gather_weights(scattered);
+      const std::vector<double> gathered = gather_weights(stepped(scattered));
       for (size_t k = 0; k < ends.size(); ++k) ends[k] = gathered[static_cast<size_t>(run_stage[k])];
     }
     for (size_t k = 0; k < ends.size(); ++k) {
@@ -539,7 +555,7 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
       for (int st = 0; st < p; ++st)
         free_at[static_cast<size_t>(st)] =
             std::max(free_at[static_cast<size_t>(st)], out.stages[static_cast<size_t>(st)].end_s);
-      free_at = gather_weights(free_at);
+      free_at = gather_weights(stepped(free_at));
     }
     for (int st = 0; st < p; ++st) {
       auto& times = out.stages[static_cast<size_t>(st)];
@@ -547,6 +563,11 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
       times.sync_s = end - times.end_s;
       done = std::max(done, end);
     }
+  }
+  for (int st = 0; st < p; ++st) {
+    auto& times = out.stages[static_cast<size_t>(st)];
+    times.optimizer_s = opt[static_cast<size_t>(st)];
+    done = std::max(done, times.end_s + times.sync_s + (step_inside_sync ? 0.0 : times.optimizer_s));
   }
   out.step_s = done;
   out.sync_exposed_s = done - out.pipeline_s;

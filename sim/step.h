@@ -36,6 +36,16 @@ namespace psar::sim {
 inline constexpr int kKernelsPerBlockForward = 13;
 // The head's forward: logits GEMM, cross-entropy.
 inline constexpr int kKernelsHeadForward = 2;
+// The optimizer step, memory-bound: per parameter Adam reads the fp32
+// gradient (4), reads and writes the fp32 master weight, m and v (3 · 8) and
+// writes the 16-bit weight (2) — 30 bytes at cluster.gpu.memory_bandwidth,
+// over the shard a GPU steps (1/d with ZeRO). Counted, not fitted.
+inline constexpr int kAdamStepBytesPerParam = 30;
+// The vocabulary-parallel cross-entropy over the b·s·V/t logits, per
+// element: forward reads the 16-bit logits and writes and rereads fp32
+// probabilities (dtype + 8), backward reads them and writes the 16-bit
+// gradient (4 + dtype). Counted, not fitted.
+inline constexpr int kCrossEntropyForwardBytes = 8, kCrossEntropyBackwardBytes = 4;
 // Selective recomputation's kernels: scores GEMM, softmax, dropout, context GEMM.
 inline constexpr int kAttentionCoreKernels = 4;
 
@@ -104,14 +114,15 @@ struct StageTimes {
   double tp_s = 0;       // Σ tensor-parallel all-reduces inside its actions
   double idle_s = 0;     // pipeline makespan − compute − tp: bubble and transfer waits
   double end_s = 0;      // its last action ends
-  double sync_s = 0;     // its data-parallel sync, from end_s to done
+  double sync_s = 0;     // its data-parallel sync, from end_s to done (ZeRO 1, 2: with the step)
+  double optimizer_s = 0;  // its optimizer step (kAdamStepBytesPerParam)
   int64_t params = 0;    // parameters one of its GPUs holds
 };
 
 struct StepResult {
   double step_s = 0;
   double pipeline_s = 0;         // makespan of the schedule
-  double sync_exposed_s = 0;     // step_s − pipeline_s
+  double sync_exposed_s = 0;     // step_s − pipeline_s: the sync and the optimizer step
   double bubble_fraction = 0;    // pp::Prediction's: idle over busy
   double idle_share = 0;         // idle over p·makespan
   double tp_allreduce_s = 0;     // one all-reduce of [b, s, h]

@@ -327,8 +327,15 @@ TEST(Memory, TheBlocksElementwiseBytesCostBytesOverBandwidthThreeTimes) {
   c.gpu.memory_bandwidth = 1e9;
   const StepResult on = simulate_step(c, s);
   const double per_layer = block_memory_bytes(s.model, s.microbatch, 1, s.dtype_bytes) / 1e9;
-  const double expected = 3 * s.microbatches * s.model.layers * per_layer;
+  // The cross-entropy over b·s·V = 32 logits per micro-batch: forward
+  // 2 + 8 bytes each, backward 4 + 2; Adam's step 30 bytes per parameter.
+  const double logits = 1.0 * 32 * 1;
+  const double expected = 3 * s.microbatches * s.model.layers * per_layer +
+                          s.microbatches * logits * (10 + 6) / 1e9 +
+                          30.0 * static_cast<double>(model_params(s.model)) / 1e9;
   EXPECT_NEAR(on.step_s - off.step_s, expected, 1e-9 * expected);
+  EXPECT_NEAR(on.stages[0].optimizer_s, 30.0 * static_cast<double>(model_params(s.model)) / 1e9,
+              1e-15);
 }
 
 TEST(Flops, TheStepCountIsMegatronsFormula) {

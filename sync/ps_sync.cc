@@ -258,8 +258,12 @@ SyncSetup make_hybrid_sync(SyncInit& init) {
   check_sparse_plan(init, "sync.backend hybrid");
   const std::string algorithm = init.config.get_string("sync.algorithm");
   const auto algos = allreducer_names(/*include_device=*/false);
-  if (std::find(algos.begin(), algos.end(), algorithm) == algos.end())
-    throw ConfigError("sync.algorithm: '" + algorithm + "' is not a host allreduce");
+  if (std::find(algos.begin(), algos.end(), algorithm) == algos.end()) {
+    std::string known;
+    for (const auto& a : algos) known += (known.empty() ? "" : ", ") + a;
+    throw ConfigError("sync.algorithm: '" + algorithm + "' is not a host allreduce (known: " +
+                      known + ")");
+  }
   ps::PsOptions options = ps_options(init.config, init.optimizer);
   if (init.checkpoints.every > 0)
     throw ConfigError("train.checkpoint_every: sync.backend hybrid does not checkpoint yet");

@@ -11,9 +11,15 @@ KeyRange RowSpace::extent(int64_t row, KeyRange chunk) const {
   return b < e ? KeyRange{b, e} : KeyRange{b, b};
 }
 
+KeyRange RowSpace::tail(KeyRange chunk) const {
+  const int64_t b = std::max(chunk.begin, floats);
+  return b < chunk.end ? KeyRange{b, chunk.end} : KeyRange{chunk.end, chunk.end};
+}
+
 std::pair<int64_t, int64_t> RowSpace::rows_in(KeyRange chunk) const {
-  if (row_floats <= 0 || chunk.size() <= 0) return {0, 0};
-  return {chunk.begin / row_floats, (chunk.end + row_floats - 1) / row_floats};
+  if (row_floats <= 0 || chunk.size() <= 0 || chunk.begin >= floats) return {0, 0};
+  return {chunk.begin / row_floats,
+          std::min((chunk.end + row_floats - 1) / row_floats, floats / row_floats)};
 }
 
 std::vector<char> pack_rows(const RowSpace& space, KeyRange chunk, std::span<const int64_t> rows,
@@ -22,7 +28,8 @@ std::vector<char> pack_rows(const RowSpace& space, KeyRange chunk, std::span<con
   const auto lo = std::lower_bound(rows.begin(), rows.end(), first);
   const auto hi = std::lower_bound(lo, rows.end(), last);
   const auto n = static_cast<int64_t>(hi - lo);
-  floats = 0;
+  const KeyRange tail = space.tail(chunk);
+  floats = tail.size();
   for (auto it = lo; it != hi; ++it) floats += space.extent(*it, chunk).size();
   std::vector<char> frame(static_cast<size_t>(sparse_frame_bytes(n, floats)));
   if (n > 0) std::memcpy(frame.data(), &*lo, static_cast<size_t>(n) * sizeof(int64_t));
@@ -32,6 +39,8 @@ std::vector<char> pack_rows(const RowSpace& space, KeyRange chunk, std::span<con
     std::memcpy(v, data + (e.begin - origin), static_cast<size_t>(e.size()) * sizeof(float));
     v += e.size();
   }
+  if (tail.size() > 0)
+    std::memcpy(v, data + (tail.begin - origin), static_cast<size_t>(tail.size()) * sizeof(float));
   return frame;
 }
 
@@ -42,7 +51,7 @@ std::string check_rows(const RowSpace& space, KeyRange chunk, const void* frame,
     return "sparse frame of " + std::to_string(bytes) + " bytes, header says " +
            std::to_string(keys) + " keys and " + std::to_string(floats) + " floats";
   const auto [first, last] = space.rows_in(chunk);
-  int64_t total = 0, previous = -1;
+  int64_t total = space.tail(chunk).size(), previous = -1;
   for (int64_t i = 0; i < keys; ++i) {
     int64_t row;
     std::memcpy(&row, static_cast<const char*>(frame) + i * static_cast<int64_t>(sizeof row),
@@ -70,6 +79,9 @@ std::vector<int64_t> unpack_rows(const RowSpace& space, KeyRange chunk, const vo
     std::memcpy(data + (e.begin - origin), v, static_cast<size_t>(e.size()) * sizeof(float));
     v += e.size();
   }
+  const KeyRange tail = space.tail(chunk);
+  if (tail.size() > 0)
+    std::memcpy(data + (tail.begin - origin), v, static_cast<size_t>(tail.size()) * sizeof(float));
   return k;
 }
 

@@ -1,13 +1,15 @@
 #pragma once
 // Sparse pushes and pulls (docs/sparse.md): the arena's head [0, floats) is
 // rows of `row_floats` floats (a sparse model's embedding tables, all of one
-// width); a chunk lying wholly inside it is a sparse chunk. A sparse
+// width); a chunk that begins inside it is a sparse chunk. A sparse
 // push_pull of such a chunk carries only the rows the worker's batch
 // touched, and its reply only the rows that changed since the version the
-// worker last saw there:
+// worker last saw there, plus — for the one chunk that reaches past the
+// rows — its dense tail whole:
 //
 //   payload frame = [keys: n int64, ascending row numbers]
 //                   [values: each key's floats inside the chunk, in order]
+//                   [the chunk's floats at and past `floats`, if any]
 //
 // (header: sparse = true, sparse_keys = n, payload_floats = the values' count;
 // a row cut by a chunk boundary travels in both chunks, each with its part).
@@ -26,8 +28,10 @@ struct RowSpace {
   int64_t floats = 0;      // the sparse head of the arena; 0 = no sparse rows
   int64_t row_floats = 0;  // floats per row
   bool sparse(KeyRange chunk) const {
-    return row_floats > 0 && chunk.size() > 0 && chunk.end <= floats;
+    return row_floats > 0 && chunk.size() > 0 && chunk.begin < floats;
   }
+  // The chunk's dense tail: its floats at and past `floats` (often empty).
+  KeyRange tail(KeyRange chunk) const;
   // The floats of row r inside `chunk` (empty when it lies outside).
   KeyRange extent(int64_t row, KeyRange chunk) const;
   // Rows with at least one float in `chunk`: [first, last).

@@ -55,15 +55,17 @@ std::vector<KeyRange> all_chunks() {
   return out;
 }
 
-// Payload bytes of one push_pull direction carrying `rows`: per sparse chunk
-// 8 bytes of key plus 4 per float of each row inside it; dense chunks whole.
+// Payload bytes of one push_pull direction carrying `rows`: per chunk that
+// begins among the rows 8 bytes of key plus 4 per float of each row inside
+// it, and its floats past the rows whole; the other chunks whole.
 int64_t exact_bytes(const std::set<int64_t>& rows) {
   int64_t bytes = 0;
   for (const KeyRange& c : all_chunks()) {
-    if (c.end > kHead) {
+    if (c.begin >= kHead) {
       bytes += c.size() * 4;
       continue;
     }
+    if (c.end > kHead) bytes += (c.end - kHead) * 4;
     for (int64_t r : rows) {
       const int64_t overlap = std::min(c.end, (r + 1) * kDim) - std::max(c.begin, r * kDim);
       if (overlap > 0) bytes += 8 + 4 * overlap;
@@ -199,7 +201,14 @@ TEST(SparsePs, ABadFrameIsRejectedBeforeTheStateIsTouched) {
   std::memcpy(frame.data(), good, sizeof good);
   EXPECT_EQ(check_rows(kSpace, chunk, frame.data(), frame.size(), 2, 8), "");
   EXPECT_NE(check_rows(kSpace, chunk, frame.data(), frame.size(), 2, 7), "");
-  EXPECT_NE(check_rows(kSpace, {kHead - 10, kHead + 10}, frame.data(), frame.size(), 2, 8), "");
+  EXPECT_NE(check_rows(kSpace, {kHead, kHead + 10}, frame.data(), frame.size(), 2, 8), "");
+  // A chunk reaching past the rows carries its tail too: 2 rows + 10 floats.
+  std::vector<char> mixed(2 * 8 + 18 * 4);
+  const int64_t last[2] = {kRows - 2, kRows - 1};
+  std::memcpy(mixed.data(), last, sizeof last);
+  const KeyRange across{kHead - 8, kHead + 10};
+  EXPECT_EQ(check_rows(kSpace, across, mixed.data(), mixed.size(), 2, 18), "");
+  EXPECT_NE(check_rows(kSpace, across, mixed.data(), mixed.size() - 40, 2, 8), "");
 }
 
 }  // namespace

@@ -32,6 +32,8 @@ Schema build() {
   s.add({"model.stride", T::kInt, "1", "cnn: conv stride"});
   s.add({"model.padding", T::kInt, "1", "cnn: conv zero padding on every side"});
   s.add({"model.pool", T::kInt, "2", "cnn: max-pool window and stride after each conv stage (1 = none)"});
+  s.add({"model.tables", T::kIntList, "[1000, 1000]", "dlrm: rows of each embedding table (one table per categorical feature)"});
+  s.add({"model.embedding_dim", T::kInt, "16", "dlrm: floats per embedding row"});
   s.add({"model.activation", T::kString, "relu", "mlp: activation", {"relu", "gelu"}});
   s.add({"model.layers", T::kInt, "2", "gpt / synthetic_stages: transformer blocks or layers"});
   s.add({"model.d_model", T::kInt, "64", "gpt: hidden size"});
@@ -46,13 +48,15 @@ Schema build() {
   s.add({"model.activation_bytes", T::kBytes, "64K", "synthetic_stages: activation size per micro-batch"});
 
   // data
-  s.add({"data.dataset", T::kString, "fashion_mnist", "dataset", {"fashion_mnist", "synthetic", "text", "synthetic_tokens"}});
+  s.add({"data.dataset", T::kString, "fashion_mnist", "dataset", {"fashion_mnist", "synthetic", "text", "synthetic_tokens", "zipf"}});
   s.add({"data.path", T::kString, "/usr/share/datasets/fashion-mnist", "fashion_mnist: folder of IDX files; text: a plain-text file"});
   s.add({"data.train_limit", T::kInt, "0", "use only the first N training samples (0 = all)"});
   s.add({"data.test_limit", T::kInt, "0", "use only the first N test samples (0 = all)"});
-  s.add({"data.synthetic_samples", T::kInt, "4096", "synthetic: number of samples"});
-  s.add({"data.synthetic_features", T::kInt, "32", "synthetic: input features"});
-  s.add({"data.synthetic_classes", T::kInt, "4", "synthetic: classes"});
+  s.add({"data.synthetic_samples", T::kInt, "4096", "synthetic / zipf: number of samples"});
+  s.add({"data.synthetic_features", T::kInt, "32", "synthetic: input features; zipf: dense features"});
+  s.add({"data.zipf_ids", T::kIntList, "[]", "zipf: ids drawn per table ([] = model.tables; more than the table's rows is a ConfigError)"});
+  s.add({"data.zipf_skew", T::kFloat, "1.05", "zipf: exponent s of the ids' Zipf law, P(rank k) ∝ k^-s (0 = uniform)"});
+  s.add({"data.synthetic_classes", T::kInt, "4", "synthetic / zipf: classes"});
 
   // optimizer
   s.add({"optimizer.type", T::kString, "sgd", "optimizer", {"sgd", "adam"}});
@@ -87,6 +91,7 @@ Schema build() {
 
   // sync
   s.add({"sync.backend", T::kString, "mpi", "gradient synchronization backend (--sync)", {}, &sync_names});
+  s.add({"sync.algorithm", T::kString, "ring", "hybrid: the allreduce of the dense layers (the parameter server takes the embedding tables)"});
   s.add({"sync.segment_bytes", T::kBytes, "512K", "pipelining segment of the program algorithms (the engine's)"});
   s.add({"sync.dtype", T::kString, "fp32", "element type of gradients on the wire (psar's allreduce programs; mpi and nccl: fp32 only)", {"fp32", "bf16", "fp16"}});
   s.add({"sync.accumulate", T::kString, "fp32", "partial sums kept in fp32, or rounded to sync.dtype after every addition (dtype)", {"fp32", "dtype"}});
@@ -128,6 +133,7 @@ Schema build() {
   s.add({"ps.align_shards", T::kBool, "false", "align shard boundaries to tensor boundaries"});
   s.add({"ps.chunk_bytes", T::kBytes, "1M", "pipelining unit: a push_pull streams each shard in messages of this size"});
   s.add({"ps.shard_chunks", T::kInt, "0", "chunks per shard: 0 = auto: one worker about sqrt(shard bytes / 64 KiB), more workers 1 (docs/theory.md); K >= 1: a shard smaller than K chunks of ps.chunk_bytes streams in K smaller ones (none below 64 KiB or above ps.chunk_bytes; 1 = whole ps.chunk_bytes chunks)"});
+  s.add({"ps.sparse", T::kBool, "false", "push and pull only the embedding-table rows a batch touches (model.type dlrm; docs/sparse.md)"});
   s.add({"ps.timeout", T::kDuration, "60s", "deadline of every parameter-server wait"});
   s.add({"ps.security", T::kString, "none", "none: plain TCP; curve: ZeroMQ CURVE, encrypted and authenticated with key pairs made per job, a client without them is refused and counted (docs/ps.md)", {"none", "curve"}});
 

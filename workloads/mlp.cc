@@ -180,13 +180,14 @@ void Mlp::top_gradient(int chunk, Stash& s, std::span<const float> dy) {
 }
 
 // From layer j's pre-activation gradient to layer j−1's (or to dx below the
-// chunk's first layer; nothing on the front, the data needs no gradient).
+// chunk's first layer; nothing on the front, the data needs no gradient,
+// unless the input is learned: input_gradient).
 void Mlp::layer_input(int chunk, size_t j, Stash& s, std::span<float> dx) {
   const int64_t b = layout_.microbatch_rows;
   const Layer& L = chunks_[static_cast<size_t>(chunk)][j];
   const float* W = store_->param(L.weight).data();
   if (j == 0) {
-    if (!layout_.front(chunk))
+    if (!layout_.front(chunk) || o_.input_gradient)
       ops::linear_backward_input(dx.data(), s.dpre[0].data(), W, b, L.in, L.out);
     return;
   }

@@ -21,6 +21,9 @@ struct MlpOptions {
   std::vector<int64_t> hidden = {256, 128};
   int64_t classes = 10;
   bool gelu = false;  // relu otherwise
+  // The front also computes the gradient of its input (dx): for a model
+  // that feeds the MLP learned inputs (dlrm.h).
+  bool input_gradient = false;
 };
 
 class Mlp final : public Model {

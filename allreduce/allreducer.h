@@ -23,6 +23,7 @@
 #include "allreduce/element_type.h"
 #include "allreduce/program.h"
 #include "comm/comm.h"
+#include "core/config.h"
 
 namespace psar {
 
@@ -39,6 +40,16 @@ struct AllreduceOptions {
   std::string nccl_algo = "auto";   // auto | ring | tree
   std::string nccl_proto = "auto";  // auto | LL | LL128 | Simple
 };
+
+// The one place the options are read from the config (the sync.* keys:
+// segment_bytes, dtype, accumulate, nccl_algo, nccl_proto): gradient
+// synchronization, tensor-parallel all-reduces, the benchmarks, `psar cost`
+// and the simulator all start from it.
+AllreduceOptions allreduce_options(const Config& config);
+// A tensor-parallel all-reduce's options: those of the gradients (segments,
+// NCCL settings) with the activations on the wire in float32, since
+// sync.dtype is the gradients' wire type only.
+AllreduceOptions activation_allreduce_options(AllreduceOptions options);
 
 // NCCL's bytes per rank for one allreduce of `count` elements of `element`
 // bytes over `ranks` ranks: 2(N−1)/N·n for the ring, and the same on average

@@ -109,6 +109,23 @@ int64_t nccl_bytes_per_rank(int ranks, int64_t count, int element) {
   return static_cast<int64_t>(static_cast<__int128>(2 * (ranks - 1)) * bytes / ranks);
 }
 
+AllreduceOptions allreduce_options(const Config& config) {
+  AllreduceOptions options;
+  options.segment_bytes = config.get_bytes("sync.segment_bytes");
+  if (options.segment_bytes < 1) throw ConfigError("sync.segment_bytes must be positive");
+  options.dtype = parse_element_type(config.get_string("sync.dtype"), "sync.dtype");
+  options.accumulate_in_dtype = config.get_string("sync.accumulate") == "dtype";
+  options.nccl_algo = config.get_string("sync.nccl_algo");
+  options.nccl_proto = config.get_string("sync.nccl_proto");
+  return options;
+}
+
+AllreduceOptions activation_allreduce_options(AllreduceOptions options) {
+  options.dtype = ElementType::kFp32;
+  options.accumulate_in_dtype = false;
+  return options;
+}
+
 Program AllreducerEntry::program_for(int ranks, int64_t count, const AllreduceOptions& options,
                                      const std::vector<int>& node) const {
   if (!program)

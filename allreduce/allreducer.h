@@ -87,7 +87,9 @@ struct AllreducerEntry {
   std::unique_ptr<Allreducer> (*make)(const AllreduceOptions&) = nullptr;
   bool device = false;     // runs on a GPU (nccl): needs CUDA at build and run time
   bool needs_mpi = false;  // calls the MPI library itself: runs only under mpirun
-  bool needs_nodes = false;  // the program reads ProgramShape::node (hierarchical)
+  // The program reads ProgramShape::node: hierarchical, and the pairwise
+  // exchanges (naive, butterfly, halving_doubling), segmented across hosts.
+  bool needs_nodes = false;
   CostForm cost = nullptr;   // every algorithm has one (a test checks)
   // A library peer: the algorithm whose program the simulator times in its
   // place (nullptr: the simulator refuses it).

@@ -24,12 +24,13 @@ const AllreducerEntry kBuiltin[] = {
     {.name = "tree", .summary = "binary-tree reduce to rank 0 + broadcast, pipelined",
      .program = &tree_program, .cost = &tree_cost},
     {.name = "butterfly", .summary = "recursive doubling: log2 N full-vector swaps",
-     .program = &butterfly_program, .cost = &butterfly_cost},
+     .program = &butterfly_program, .needs_nodes = true, .cost = &butterfly_cost},
     {.name = "halving_doubling",
      .summary = "Rabenseifner: recursive-halving reduce-scatter + recursive-doubling all-gather",
-     .program = &halving_doubling_program, .cost = &halving_doubling_cost},
+     .program = &halving_doubling_program, .needs_nodes = true,
+     .cost = &halving_doubling_cost},
     {.name = "naive", .summary = "all-to-all: every rank sends its vector to every other",
-     .program = &naive_program, .cost = &naive_cost},
+     .program = &naive_program, .needs_nodes = true, .cost = &naive_cost},
     // On one node — all the registry's uniform α-β model sees — it is the
     // ring; its two-level form is in hierarchical.cc.
     {.name = "hierarchical",

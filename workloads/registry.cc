@@ -5,9 +5,11 @@
 
 #include "core/errors.h"
 #include "workloads/cnn.h"
+#include "workloads/dlrm.h"
 #include "workloads/gpt.h"
 #include "workloads/mlp.h"
 #include "workloads/model.h"
+#include "workloads/sparse_data.h"
 #include "workloads/synthetic_stages.h"
 #include "workloads/text_data.h"
 
@@ -19,6 +21,7 @@ constexpr ModelEntry kModels[] = {
     {"mlp", &mlp_layers, &make_mlp},
     {"gpt", &gpt_layers, &make_gpt},
     {"cnn", &cnn_layers, &make_cnn},
+    {"dlrm", &dlrm_layers, &make_dlrm},
     {"synthetic_stages", &synthetic_layers, &make_synthetic_stages},
 };
 
@@ -109,6 +112,7 @@ constexpr struct {
                                     config.get_int("model.seq_len"), vocab > 0 ? vocab : 64,
                                     static_cast<uint64_t>(config.get_int("train.seed")));
      }},
+    {"zipf", &load_zipf_data},
 };
 }  // namespace
 

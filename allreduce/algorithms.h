@@ -21,6 +21,10 @@ Program ring_reduce_scatter_program(const ProgramShape&);
 Program ring_all_gather_program(const ProgramShape&);
 Program tree_broadcast_program(const ProgramShape&);
 Program tree_reduce_program(const ProgramShape&);
+// One pass around the ring, what its reduce-scatter and all-gather share
+// (ring_pass.cc): at step s (0..N-2) rank r sends chunk (r - s - lag) mod N
+// of Partition{count, N} to r+1, which adds it (reduce) or stores it.
+Program ring_pass_program(std::string name, const ProgramShape& shape, int lag, bool reduce);
 
 // Library peers: no program of psar's.
 std::unique_ptr<Allreducer> make_mpi_allreducer(const AllreduceOptions&);

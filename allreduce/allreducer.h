@@ -23,6 +23,7 @@
 #include "allreduce/element_type.h"
 #include "allreduce/program.h"
 #include "comm/comm.h"
+#include "core/config.h"
 
 namespace psar {
 
@@ -39,6 +40,16 @@ struct AllreduceOptions {
   std::string nccl_algo = "auto";   // auto | ring | tree
   std::string nccl_proto = "auto";  // auto | LL | LL128 | Simple
 };
+
+// The one place the options are read from the config (the sync.* keys:
+// segment_bytes, dtype, accumulate, nccl_algo, nccl_proto): gradient
+// synchronization, tensor-parallel all-reduces, the benchmarks, `psar cost`
+// and the simulator all start from it.
+AllreduceOptions allreduce_options(const Config& config);
+// A tensor-parallel all-reduce's options: those of the gradients (segments,
+// NCCL settings) with the activations on the wire in float32, since
+// sync.dtype is the gradients' wire type only.
+AllreduceOptions activation_allreduce_options(AllreduceOptions options);
 
 // NCCL's bytes per rank for one allreduce of `count` elements of `element`
 // bytes over `ranks` ranks: 2(N−1)/N·n for the ring, and the same on average
@@ -76,7 +87,9 @@ struct AllreducerEntry {
   std::unique_ptr<Allreducer> (*make)(const AllreduceOptions&) = nullptr;
   bool device = false;     // runs on a GPU (nccl): needs CUDA at build and run time
   bool needs_mpi = false;  // calls the MPI library itself: runs only under mpirun
-  bool needs_nodes = false;  // the program reads ProgramShape::node (hierarchical)
+  // The program reads ProgramShape::node: hierarchical, and the pairwise
+  // exchanges (naive, butterfly, halving_doubling), segmented across hosts.
+  bool needs_nodes = false;
   CostForm cost = nullptr;   // every algorithm has one (a test checks)
   // A library peer: the algorithm whose program the simulator times in its
   // place (nullptr: the simulator refuses it).

@@ -27,7 +27,9 @@ namespace psar {
 // vector, fold out.
 Program butterfly_program(const ProgramShape& shape) {
   Program p("butterfly allreduce", shape.ranks, shape.count);
-  p.segmented = false;  // one rendezvous per exchange (docs/algorithms.md, "Segments")
+  // Whole on one host (one rendezvous per exchange); across hosts in
+  // segments, below Open MPI's TCP eager limit (docs/algorithms.md, "Segments").
+  p.segmented = shape.spans_nodes();
   p.eager_up_to = kEagerPiecesUpTo;
   const Fold fold(shape.ranks);
   int round = fold_in(fold, shape.count, p);

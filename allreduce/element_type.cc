@@ -17,8 +17,19 @@ const char* element_type_name(ElementType t) {
   return "?";
 }
 
+namespace {
+constexpr ElementType kElementTypes[] = {ElementType::kFp32, ElementType::kBf16,
+                                         ElementType::kFp16};
+}  // namespace
+
+std::vector<std::string> element_type_names() {
+  std::vector<std::string> names;
+  for (ElementType t : kElementTypes) names.emplace_back(element_type_name(t));
+  return names;
+}
+
 ElementType parse_element_type(const std::string& name, const std::string& what) {
-  for (ElementType t : {ElementType::kFp32, ElementType::kBf16, ElementType::kFp16})
+  for (ElementType t : kElementTypes)
     if (name == element_type_name(t)) return t;
   throw ConfigError(what + ": unknown element type '" + name + "' (known: fp32, bf16, fp16)");
 }

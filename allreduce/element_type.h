@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace psar {
 
@@ -23,6 +24,8 @@ enum class ElementType : uint8_t { kFp32, kBf16, kFp16 };
 inline int element_size(ElementType t) { return t == ElementType::kFp32 ? 4 : 2; }
 const char* element_type_name(ElementType t);
 // "fp32" | "bf16" | "fp16"; ConfigError naming `what` (the key) otherwise.
+// What sync.dtype accepts, in parse_element_type's order.
+std::vector<std::string> element_type_names();
 ElementType parse_element_type(const std::string& name, const std::string& what = "sync.dtype");
 
 uint16_t float_to_bf16(float x);

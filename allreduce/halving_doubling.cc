@@ -25,7 +25,9 @@ namespace psar {
 // sends the half it kept, copied by the partner), fold out.
 Program halving_doubling_program(const ProgramShape& shape) {
   Program p("halving-doubling allreduce", shape.ranks, shape.count);
-  p.segmented = false;  // one rendezvous per exchange (docs/algorithms.md, "Segments")
+  // Whole on one host (one rendezvous per exchange); across hosts in
+  // segments, below Open MPI's TCP eager limit (docs/algorithms.md, "Segments").
+  p.segmented = shape.spans_nodes();
   const Fold fold(shape.ranks);
   const int first = fold_in(fold, shape.count, p), levels = fold.levels;
   for (int r = 0; r < fold.p2; ++r) {

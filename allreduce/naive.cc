@@ -22,7 +22,9 @@ Program naive_program(const ProgramShape& shape) {
   const int N = shape.ranks;
   const int64_t n = shape.count;
   Program p("naive allreduce", N, n);
-  p.segmented = false;  // one rendezvous per exchange (docs/algorithms.md, "Segments")
+  // Whole on one host (one rendezvous per exchange); across hosts in
+  // segments, below Open MPI's TCP eager limit (docs/algorithms.md, "Segments").
+  p.segmented = shape.spans_nodes();
   if (N == 1 || n == 0) return p;
   p.workspace = N * n;
   auto slot = [&](int i) { return n + i * n; };

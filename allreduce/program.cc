@@ -159,6 +159,10 @@ void Program::validate() const {
   (void)transfers();
 }
 
+bool ProgramShape::spans_nodes() const {
+  return std::any_of(node.begin(), node.end(), [&](int n) { return n != node.front(); });
+}
+
 int64_t ProgramShape::segments(int64_t elements) const {
   const int64_t bytes = elements * element_size(dtype);
   return std::max<int64_t>(1, (bytes + segment_bytes - 1) / segment_bytes);

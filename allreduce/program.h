@@ -69,8 +69,9 @@ struct Program {
   // (allreduce/eager.h); 0: whole or in segments only.
   int64_t eager_up_to = 0;
   // Larger steps travel in segments of the segment size (true), or whole
-  // (false: a pairwise exchange, where the hand-written executors measured
-  // one rendezvous of the whole vector cheaper than many of its segments).
+  // (false: the pairwise exchanges on one host, where one rendezvous of the
+  // whole vector measured cheaper than many of its segments; across hosts
+  // they segment too, docs/algorithms.md, "Segments").
   bool segmented = true;
   std::vector<std::vector<Step>> steps;  // [rank], in order (rounds ascending after finish())
 
@@ -126,6 +127,8 @@ struct ProgramShape {
   // The segments `elements` elements are cut into: ⌈elements·size / segment_bytes⌉,
   // at least 1.
   int64_t segments(int64_t elements) const;
+  // Whether the ranks are on more than one node (node known and not all one).
+  bool spans_nodes() const;
   bool operator==(const ProgramShape&) const = default;
 };
 

@@ -24,12 +24,13 @@ const AllreducerEntry kBuiltin[] = {
     {.name = "tree", .summary = "binary-tree reduce to rank 0 + broadcast, pipelined",
      .program = &tree_program, .cost = &tree_cost},
     {.name = "butterfly", .summary = "recursive doubling: log2 N full-vector swaps",
-     .program = &butterfly_program, .cost = &butterfly_cost},
+     .program = &butterfly_program, .needs_nodes = true, .cost = &butterfly_cost},
     {.name = "halving_doubling",
      .summary = "Rabenseifner: recursive-halving reduce-scatter + recursive-doubling all-gather",
-     .program = &halving_doubling_program, .cost = &halving_doubling_cost},
+     .program = &halving_doubling_program, .needs_nodes = true,
+     .cost = &halving_doubling_cost},
     {.name = "naive", .summary = "all-to-all: every rank sends its vector to every other",
-     .program = &naive_program, .cost = &naive_cost},
+     .program = &naive_program, .needs_nodes = true, .cost = &naive_cost},
     // On one node — all the registry's uniform α-β model sees — it is the
     // ring; its two-level form is in hierarchical.cc.
     {.name = "hierarchical",
@@ -107,6 +108,23 @@ int64_t nccl_bytes_per_rank(int ranks, int64_t count, int element) {
   const int64_t bytes = element * count;
   // 2(N−1)/N·n, exact in 128-bit arithmetic before rounding down.
   return static_cast<int64_t>(static_cast<__int128>(2 * (ranks - 1)) * bytes / ranks);
+}
+
+AllreduceOptions allreduce_options(const Config& config) {
+  AllreduceOptions options;
+  options.segment_bytes = config.get_bytes("sync.segment_bytes");
+  if (options.segment_bytes < 1) throw ConfigError("sync.segment_bytes must be positive");
+  options.dtype = parse_element_type(config.get_string("sync.dtype"), "sync.dtype");
+  options.accumulate_in_dtype = config.get_string("sync.accumulate") == "dtype";
+  options.nccl_algo = config.get_string("sync.nccl_algo");
+  options.nccl_proto = config.get_string("sync.nccl_proto");
+  return options;
+}
+
+AllreduceOptions activation_allreduce_options(AllreduceOptions options) {
+  options.dtype = ElementType::kFp32;
+  options.accumulate_in_dtype = false;
+  return options;
 }
 
 Program AllreducerEntry::program_for(int ranks, int64_t count, const AllreduceOptions& options,

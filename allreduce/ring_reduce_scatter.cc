@@ -6,27 +6,15 @@
 // added). After N-1 steps rank r holds the complete sum of chunk r. Cost:
 // (N-1) steps; each rank sends and receives (N-1) chunks, (N-1)/N·n bytes up
 // to Partition's one-element rounding (exactly n minus chunk r, which it keeps), and adds as
-// many: (N-1)α + (N-1)/N·n(β+γ). Chunks up to 16 KiB travel as eager pieces:
-// measured, a stream of more than about four pieces per chunk costs the ring
-// more than the rendezvous it avoids. Any N ≥ 1, any count.
+// many: (N-1)α + (N-1)/N·n(β+γ). One reducing pass of ring_pass.cc (its
+// eager pieces included). Any N ≥ 1, any count.
 
 #include "allreduce/algorithms.h"
-#include "allreduce/partition.h"
 
 namespace psar {
 
 Program ring_reduce_scatter_program(const ProgramShape& shape) {
-  const int N = shape.ranks;
-  Program p("ring reduce-scatter", N, shape.count);
-  p.eager_up_to = 16 * 1024;
-  const Partition chunks{shape.count, N};
-  for (int s = 0; s + 1 < N; ++s)
-    for (int r = 0; r < N; ++r) {
-      const int c = ((r - s - 1) % N + N) % N;
-      p.transfer(s, r, (r + 1) % N, chunks.offset(c), chunks.size(c), true);
-    }
-  p.finish();
-  return p;
+  return ring_pass_program("ring reduce-scatter", shape, /*lag=*/1, /*reduce=*/true);
 }
 
 }  // namespace psar

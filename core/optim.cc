@@ -149,13 +149,34 @@ float scheduled_lr(const OptimizerOptions& o, int64_t step) {
   return o.lr;
 }
 
+namespace {
+template <class T>
+std::unique_ptr<Optimizer> make_one(const OptimizerOptions& options, int64_t size, Device device) {
+  return std::make_unique<T>(options, size, device);
+}
+constexpr struct {
+  const char* name;
+  std::unique_ptr<Optimizer> (*make)(const OptimizerOptions&, int64_t, Device);
+} kOptimizers[] = {{"sgd", &make_one<Sgd>}, {"adam", &make_one<Adam>}};
+constexpr const char* kLrSchedules[] = {"constant", "cosine"};  // scheduled_lr
+}  // namespace
+
+std::vector<std::string> optimizer_names() {
+  std::vector<std::string> names;
+  for (const auto& o : kOptimizers) names.emplace_back(o.name);
+  return names;
+}
+
+std::vector<std::string> lr_schedule_names() { return {std::begin(kLrSchedules), std::end(kLrSchedules)}; }
+
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options, int64_t size,
                                           Device device) {
-  if (options.schedule != "constant" && options.schedule != "cosine")
+  const auto schedules = lr_schedule_names();
+  if (std::find(schedules.begin(), schedules.end(), options.schedule) == schedules.end())
     throw ConfigError("optimizer.schedule: unknown schedule '" + options.schedule +
                       "' (expected constant or cosine)");
-  if (options.type == "sgd") return std::make_unique<Sgd>(options, size, device);
-  if (options.type == "adam") return std::make_unique<Adam>(options, size, device);
+  for (const auto& o : kOptimizers)
+    if (options.type == o.name) return o.make(options, size, device);
   throw ConfigError("optimizer.type: unknown optimizer '" + options.type +
                     "' (expected sgd or adam)");
 }

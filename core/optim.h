@@ -62,5 +62,8 @@ class Optimizer {
 // state on `device`. Throws ConfigError for an unknown type.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options, int64_t size,
                                           Device device = Device::kCpu);
+// What optimizer.type and optimizer.schedule accept.
+std::vector<std::string> optimizer_names();
+std::vector<std::string> lr_schedule_names();
 
 }  // namespace psar

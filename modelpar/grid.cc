@@ -28,6 +28,12 @@ int GridCoord::get(GridAxis axis) const {
   return axis == GridAxis::kTp ? tp : axis == GridAxis::kDp ? dp : pp;
 }
 
+std::vector<std::string> grid_order_names() {
+  std::vector<std::string> names;
+  for (const auto& o : kOrders) names.emplace_back(o.name);
+  return names;
+}
+
 std::array<GridAxis, 3> parse_grid_order(const std::string& name) {
   std::string known;
   for (const auto& o : kOrders) {

@@ -16,6 +16,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/comm.h"
 
@@ -34,6 +35,7 @@ struct GridShape {
 
 // The orders parallel.order accepts, and their names.
 std::array<GridAxis, 3> parse_grid_order(const std::string& name);
+std::vector<std::string> grid_order_names();
 std::string grid_order_name(const std::array<GridAxis, 3>& order);
 
 // Checks that t · p divides the world size; throws ConfigError naming the keys.

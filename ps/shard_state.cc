@@ -9,10 +9,20 @@
 
 namespace psar::ps {
 
+namespace {
+constexpr Consistency kConsistencies[] = {Consistency::kBsp, Consistency::kSsp,
+                                          Consistency::kAsp};
+}  // namespace
+
+std::vector<std::string> consistency_names() {
+  std::vector<std::string> names;
+  for (Consistency c : kConsistencies) names.emplace_back(to_string(c));
+  return names;
+}
+
 Consistency parse_consistency(const std::string& name) {
-  if (name == "bsp") return Consistency::kBsp;
-  if (name == "ssp") return Consistency::kSsp;
-  if (name == "asp") return Consistency::kAsp;
+  for (Consistency c : kConsistencies)
+    if (name == to_string(c)) return c;
   throw ConfigError("ps.consistency: unknown model '" + name + "' (expected bsp, ssp or asp)");
 }
 

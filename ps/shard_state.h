@@ -51,6 +51,7 @@ enum class Consistency { kBsp, kSsp, kAsp };
 // Throws ConfigError naming the choices.
 Consistency parse_consistency(const std::string& name);
 const char* to_string(Consistency c);
+std::vector<std::string> consistency_names();  // what ps.consistency accepts
 // ps.backup_workers = `backup` of `workers` under `consistency`: a
 // ConfigError unless 0, or bsp with 0 < b < N = workers − b.
 void check_backup_workers(int backup, int workers, Consistency consistency);

@@ -157,14 +157,13 @@ StepSpec step_from_config(const Config& c, const ClusterSpec& cluster) {
   if (s.ps_chunk_bytes < 1 || s.bucket_bytes < 1)
     throw ConfigError("ps.chunk_bytes and sync.bucket_bytes must be positive");
   s.tp_allreduce = c.get_string("parallel.tp_allreduce");
-  s.segment_bytes = c.get_bytes("sync.segment_bytes");
+  s.allreduce = allreduce_options(c);
   s.recompute = parse_recompute(c.get_string("train.recompute"));
   s.sequence_parallel = c.get_bool("parallel.sequence_parallel");
   s.zero = static_cast<int>(c.get_int("sync.zero"));
   s.flash_attention = c.get_bool("simulate.flash_attention");
   s.dtype_bytes = static_cast<int>(c.get_int("simulate.dtype_bytes"));
   s.grad_bytes = static_cast<int>(c.get_int("simulate.grad_bytes"));
-  s.sync_dtype = parse_element_type(c.get_string("sync.dtype"));
   s.symmetric = c.get_bool("simulate.symmetric");
   if (s.dtype_bytes < 1 || s.grad_bytes < 1)
     throw ConfigError("simulate.dtype_bytes and simulate.grad_bytes must be at least 1");
@@ -179,8 +178,7 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
   auto gpu = [&](int tp, int dp, int pp) { return grid_rank(grid, {tp, dp, pp}); };
   const bool dedicated_ps = s.sync == "ps" && !s.ps_colocated;
   const Network net(cluster, dedicated_ps ? s.ps_servers : 0);
-  AllreduceOptions ar_options;
-  ar_options.segment_bytes = s.segment_bytes;
+  const AllreduceOptions ar_options = activation_allreduce_options(s.allreduce);
 
   // One tensor-parallel all-reduce of the residual stream [b, s, h].
   const int64_t stream = s.microbatch * s.model.seq * s.model.hidden;
@@ -190,7 +188,7 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
     for (int j = 0; j < t; ++j) ranks.push_back(gpu(j, 0, 0));
     for (int r : ranks) node.push_back(r / cluster.gpus_per_node);
     if (s.sequence_parallel) {  // a reduce-scatter and an all-gather in place of each
-      const ProgramShape shape{.ranks = t, .count = stream, .segment_bytes = s.segment_bytes,
+      const ProgramShape shape{.ranks = t, .count = stream, .segment_bytes = s.allreduce.segment_bytes,
                                .dtype = ElementType::kFp32, .root = 0, .node = node};
       const Program rs = ring_reduce_scatter_program(shape), ag = ring_all_gather_program(shape);
       const double D = s.dtype_bytes;
@@ -250,11 +248,11 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
     for (int i = 0; i < d; ++i) ranks.push_back(gpu(0, i, 0));
     for (int r : ranks) node.push_back(r / cluster.gpus_per_node);
     const ProgramShape shape{.ranks = d, .count = block_params(s.model) / t,
-                             .segment_bytes = s.segment_bytes, .dtype = ElementType::kFp32,
+                             .segment_bytes = s.allreduce.segment_bytes, .dtype = ElementType::kFp32,
                              .root = 0, .node = node};
     const Program ag = ring_all_gather_program(shape), rs = ring_reduce_scatter_program(shape);
     zero3_gather = run_groups(net, {{&ag, ranks, 0.0, static_cast<double>(s.dtype_bytes)}})[0];
-    zero3_scatter = run_groups(net, {{&rs, ranks, 0.0, static_cast<double>(element_size(s.sync_dtype))}})[0];
+    zero3_scatter = run_groups(net, {{&rs, ranks, 0.0, static_cast<double>(element_size(s.allreduce.dtype))}})[0];
   }
   auto streamed = [&](double compute, double layers, double per_layer) {
     if (per_layer <= 0 || layers <= 0) return compute;
@@ -302,7 +300,7 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
   const int64_t wire = sg ? Partition{stream, t}.largest() : stream;
   double gather_s = 0;
   if (sg && !s.sequence_parallel) {
-    const Program ag = ring_all_gather_program(ProgramShape{.ranks = t, .count = stream, .segment_bytes = s.segment_bytes, .dtype = ElementType::kFp32, .root = 0, .node = {}});
+    const Program ag = ring_all_gather_program(ProgramShape{.ranks = t, .count = stream, .segment_bytes = s.allreduce.segment_bytes, .dtype = ElementType::kFp32, .root = 0, .node = {}});
     std::vector<int> ranks;
     for (int j = 0; j < t; ++j) ranks.push_back(gpu(j, 0, 0));
     gather_s = run_groups(net, {{&ag, ranks, 0.0, static_cast<double>(s.dtype_bytes)}})[0];
@@ -392,9 +390,8 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
   // program reads; the others ignore it).
   std::map<std::pair<int64_t, std::vector<int>>, Program> lists;
   const int64_t ps_chunk = std::max<int64_t>(1, s.ps_chunk_bytes / s.grad_bytes);
-  AllreduceOptions dp_options = ar_options;  // the gradients on the wire in sync.dtype
-  dp_options.dtype = s.sync_dtype;
-  const double wire_bytes = s.sync == "ps" ? s.grad_bytes : element_size(s.sync_dtype);
+  const AllreduceOptions& dp_options = s.allreduce;  // the gradients on the wire in sync.dtype
+  const double wire_bytes = s.sync == "ps" ? s.grad_bytes : element_size(dp_options.dtype);
   auto sync_list = [&](int64_t count, const std::vector<int>& gpus) -> const Program* {
     std::vector<int> node;
     for (int g : gpus) node.push_back(g / cluster.gpus_per_node);
@@ -403,8 +400,8 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
       it->second = s.sync == "ps" ? ps_program(d, s.ps_servers, count, ps_chunk)
                    : s.zero > 0
                        ? ring_reduce_scatter_program({.ranks = d, .count = count,
-                                                      .segment_bytes = s.segment_bytes,
-                                                      .dtype = s.sync_dtype, .root = 0,
+                                                      .segment_bytes = s.allreduce.segment_bytes,
+                                                      .dtype = s.allreduce.dtype, .root = 0,
                                                       .node = node})
                        : allreduce_program(s.sync, d, count, dp_options, node);
     return &it->second;
@@ -420,7 +417,7 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
         auto [it, fresh] = gathers.try_emplace(count);
         if (fresh)
           it->second = ring_all_gather_program({.ranks = d, .count = count,
-                                                .segment_bytes = s.segment_bytes,
+                                                .segment_bytes = s.allreduce.segment_bytes,
                                                 .dtype = ElementType::kFp32, .root = 0,
                                                 .node = {}});
         std::vector<int> gpus;

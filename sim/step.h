@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/allreducer.h"
 #include "allreduce/program.h"
 #include "core/config.h"
 #include "modelpar/pp/schedule.h"
@@ -69,7 +70,6 @@ struct StepSpec {
   bool overlap = false;
   int64_t bucket_bytes = 1 << 20;
   std::string tp_allreduce = "ring";
-  int64_t segment_bytes = 512 * 1024;
   Recompute recompute = Recompute::kNone;  // train.recompute
   // parallel.sequence_parallel (t > 1): each block's two TP all-reduces per
   // pass become a reduce-scatter and an all-gather (ring programs on the TP
@@ -86,8 +86,10 @@ struct StepSpec {
   bool flash_attention = false;  // the scores never reach GPU memory (block_memory_bytes)
   int dtype_bytes = 2;  // activations and TP all-reduces
   int grad_bytes = 4;   // one gradient element in memory and on the PS's wire
-  // An allreduce sync's elements on the wire (sync.dtype, allreduce/element_type.h).
-  ElementType sync_dtype = ElementType::kFp32;
+  // The sync.* options (allreduce_options): segments, and an allreduce
+  // sync's elements on the wire (dtype); TP all-reduces take them with
+  // float32 (activation_allreduce_options).
+  AllreduceOptions allreduce;
   bool symmetric = true;
 };
 

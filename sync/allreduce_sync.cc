@@ -29,16 +29,6 @@ void AllreduceSync::finish(std::span<float> params, std::span<float> grads) {
   optimizer_->step(params, grads);
 }
 
-AllreduceOptions allreduce_options(const Config& config) {
-  AllreduceOptions options;
-  options.segment_bytes = config.get_bytes("sync.segment_bytes");
-  options.dtype = parse_element_type(config.get_string("sync.dtype"));
-  options.accumulate_in_dtype = config.get_string("sync.accumulate") == "dtype";
-  options.nccl_algo = config.get_string("sync.nccl_algo");
-  options.nccl_proto = config.get_string("sync.nccl_proto");
-  return options;
-}
-
 namespace {
 // With the arenas on a CUDA device (train.device: cuda) the optimizer state
 // lives there too, and a host algorithm is staged through host memory

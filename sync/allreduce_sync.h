@@ -26,9 +26,6 @@ class AllreduceSync final : public GradientSync {
   std::unique_ptr<Optimizer> optimizer_;
 };
 
-// The allreducers' options from the sync.* section (sync.segment_bytes).
-AllreduceOptions allreduce_options(const Config& config);
-
 SyncSetup make_allreduce_sync(const std::string& algorithm, SyncInit& init);
 // `auto`: AllreduceSync over the TunedAllreducer of sync.tuning (allreduce/tuned.h).
 SyncSetup make_tuned_sync(SyncInit& init);

@@ -14,11 +14,17 @@ namespace psar {
 
 namespace {
 
+constexpr struct {
+  const char* name;
+  DelayDistribution distribution;
+} kDistributions[] = {{"none", DelayDistribution::kNone},
+                      {"fixed", DelayDistribution::kFixed},
+                      {"exponential", DelayDistribution::kExponential},
+                      {"pareto", DelayDistribution::kPareto}};
+
 DelayDistribution parse_distribution(const std::string& name) {
-  if (name == "none") return DelayDistribution::kNone;
-  if (name == "fixed") return DelayDistribution::kFixed;
-  if (name == "exponential") return DelayDistribution::kExponential;
-  if (name == "pareto") return DelayDistribution::kPareto;
+  for (const auto& d : kDistributions)
+    if (name == d.name) return d.distribution;
   throw ConfigError("hetero.delay.distribution: unknown '" + name +
                     "' (expected none, fixed, exponential or pareto)");
 }
@@ -39,6 +45,12 @@ bool contains(const std::vector<int>& v, int x) {
 }
 
 }  // namespace
+
+std::vector<std::string> delay_distribution_names() {
+  std::vector<std::string> names;
+  for (const auto& d : kDistributions) names.emplace_back(d.name);
+  return names;
+}
 
 HeteroPlan HeteroPlan::from_config(const Config& config, int world_size) {
   HeteroPlan p;

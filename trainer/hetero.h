@@ -37,6 +37,8 @@ class Config;
 class Tracer;
 
 enum class DelayDistribution { kNone, kFixed, kExponential, kPareto };
+// What hetero.delay.distribution accepts.
+std::vector<std::string> delay_distribution_names();
 
 struct HeteroPlan {
   uint64_t seed = 1;

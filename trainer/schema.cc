@@ -1,7 +1,12 @@
 #include "trainer/schema.h"
 
 #include "allreduce/allreducer.h"
+#include "allreduce/element_type.h"
+#include "core/optim.h"
+#include "modelpar/grid.h"
 #include "modelpar/pp/generators.h"
+#include "ps/shard_state.h"
+#include "trainer/hetero.h"
 #include "sync/gradient_sync.h"
 #include "workloads/model.h"
 
@@ -48,7 +53,7 @@ Schema build() {
   s.add({"model.activation_bytes", T::kBytes, "64K", "synthetic_stages: activation size per micro-batch"});
 
   // data
-  s.add({"data.dataset", T::kString, "fashion_mnist", "dataset", {"fashion_mnist", "synthetic", "text", "synthetic_tokens", "zipf"}});
+  s.add({"data.dataset", T::kString, "fashion_mnist", "dataset", {}, &dataset_names});
   s.add({"data.path", T::kString, "/usr/share/datasets/fashion-mnist", "fashion_mnist: folder of IDX files; text: a plain-text file"});
   s.add({"data.train_limit", T::kInt, "0", "use only the first N training samples (0 = all)"});
   s.add({"data.test_limit", T::kInt, "0", "use only the first N test samples (0 = all)"});
@@ -59,14 +64,14 @@ Schema build() {
   s.add({"data.synthetic_classes", T::kInt, "4", "synthetic / zipf: classes"});
 
   // optimizer
-  s.add({"optimizer.type", T::kString, "sgd", "optimizer", {"sgd", "adam"}});
+  s.add({"optimizer.type", T::kString, "sgd", "optimizer", {}, &optimizer_names});
   s.add({"optimizer.lr", T::kFloat, "0.1", "learning rate"});
   s.add({"optimizer.momentum", T::kFloat, "0.9", "sgd momentum"});
   s.add({"optimizer.weight_decay", T::kFloat, "0.0", "weight decay"});
   s.add({"optimizer.beta1", T::kFloat, "0.9", "adam beta1"});
   s.add({"optimizer.beta2", T::kFloat, "0.999", "adam beta2"});
   s.add({"optimizer.eps", T::kFloat, "1e-8", "adam epsilon"});
-  s.add({"optimizer.schedule", T::kString, "constant", "learning-rate schedule over the run's steps", {"constant", "cosine"}});
+  s.add({"optimizer.schedule", T::kString, "constant", "learning-rate schedule over the run's steps", {}, &lr_schedule_names});
   s.add({"optimizer.warmup_steps", T::kInt, "0", "linear learning-rate warm-up steps"});
 
   // train
@@ -93,7 +98,7 @@ Schema build() {
   s.add({"sync.backend", T::kString, "mpi", "gradient synchronization backend (--sync)", {}, &sync_names});
   s.add({"sync.algorithm", T::kString, "ring", "hybrid: the allreduce of the dense layers (the parameter server takes the embedding tables)"});
   s.add({"sync.segment_bytes", T::kBytes, "512K", "pipelining segment of the program algorithms (the engine's)"});
-  s.add({"sync.dtype", T::kString, "fp32", "element type of gradients on the wire (psar's allreduce programs; mpi and nccl: fp32 only)", {"fp32", "bf16", "fp16"}});
+  s.add({"sync.dtype", T::kString, "fp32", "element type of gradients on the wire (psar's allreduce programs; mpi and nccl: fp32 only)", {}, &element_type_names});
   s.add({"sync.accumulate", T::kString, "fp32", "partial sums kept in fp32, or rounded to sync.dtype after every addition (dtype)", {"fp32", "dtype"}});
   s.add({"sync.timeout", T::kDuration, "60s", "deadline of every communication wait"});
   s.add({"sync.nccl_algo", T::kString, "auto", "nccl: NCCL_ALGO of the communicator (auto: NCCL's choice or the environment's)", {"auto", "ring", "tree"}});
@@ -114,7 +119,7 @@ Schema build() {
   s.add({"parallel.stage_layers", T::kIntList, "", "explicit layer count per virtual stage (p·v entries; p when chunks = 1)"});
   s.add({"parallel.account_embedding", T::kBool, "false", "even layer split: count the first stage's embedding as one layer (Megatron's account-for-embedding)"});
   s.add({"parallel.account_head", T::kBool, "false", "even layer split: count the last stage's head and loss as one layer (Megatron's account-for-loss)"});
-  s.add({"parallel.order", T::kString, "tp-dp-pp", "rank order of the (p, t, d) grid, fastest-varying axis first (Megatron's tp-dp-pp keeps TP groups adjacent)", {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "pp-tp-dp"}});
+  s.add({"parallel.order", T::kString, "tp-dp-pp", "rank order of the (p, t, d) grid, fastest-varying axis first (Megatron's tp-dp-pp keeps TP groups adjacent)", {}, &grid_order_names});
   s.add({"parallel.scatter_gather", T::kBool, "false", "between pipeline stages each TP rank sends 1/t of the activation and the receiving stage all-gathers it (Megatron's scatter/gather)"});
   s.add({"parallel.sequence_parallel", T::kBool, "false", "t > 1: the TP all-reduces become reduce-scatter + all-gather and layer norm and dropout run on 1/t of the sequence (Megatron's sequence parallelism)"});
   s.add({"parallel.tp_allreduce", T::kString, "ring", "allreduce algorithm of tensor-parallel all-reduces", {}, &all_allreducers});
@@ -125,7 +130,7 @@ Schema build() {
   // ps
   s.add({"ps.servers", T::kInt, "1", "server shards S"});
   s.add({"ps.colocated", T::kBool, "false", "run a shard as a thread in every worker instead of dedicated server ranks"});
-  s.add({"ps.consistency", T::kString, "bsp", "consistency model", {"bsp", "ssp", "asp"}});
+  s.add({"ps.consistency", T::kString, "bsp", "consistency model", {}, &ps::consistency_names});
   s.add({"ps.staleness", T::kInt, "2", "ssp staleness bound s"});
   s.add({"ps.on_worker_failure", T::kString, "abort", "abort: a worker that dies or goes silent past ps.timeout ends the job; continue: the servers drop it and average over the survivors (docs/ps.md)", {"abort", "continue"}});
   s.add({"ps.backup_workers", T::kInt, "0", "bsp: b of the workers are backups: each clock aggregates the first N - b pushes to arrive and drops the rest (docs/ps.md)"});
@@ -148,7 +153,7 @@ Schema build() {
   s.add({"hetero.seed", T::kInt, "1", "seed of the random per-step delays (each rank its own Philox stream)"});
   s.add({"hetero.slow_ranks", T::kIntList, "[]", "world ranks whose compute is slow_factor times as long (a sleep of (factor - 1) x the step's compute)"});
   s.add({"hetero.slow_factor", T::kFloat, "1", "compute slowdown of hetero.slow_ranks (>= 1)"});
-  s.add({"hetero.delay.distribution", T::kString, "none", "random delay after each step's compute", {"none", "fixed", "exponential", "pareto"}});
+  s.add({"hetero.delay.distribution", T::kString, "none", "random delay after each step's compute", {}, &delay_distribution_names});
   s.add({"hetero.delay.mean", T::kDuration, "0s", "mean of the random delay"});
   s.add({"hetero.delay.pareto_shape", T::kFloat, "2", "pareto: tail index alpha (> 1; heavier tail as it nears 1)"});
   s.add({"hetero.delay.ranks", T::kIntList, "[]", "world ranks that draw delays ([] = every rank)"});

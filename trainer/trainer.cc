@@ -372,12 +372,8 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   }
   std::unique_ptr<Allreducer> tp_allreduce;
   if (grid_t > 1) {
-    // Host algorithms keep their default segments; nccl takes sync.nccl_*.
-    AllreduceOptions tp_options;
-    tp_options.nccl_algo = config.get_string("sync.nccl_algo");
-    tp_options.nccl_proto = config.get_string("sync.nccl_proto");
     const std::string name = config.get_string("parallel.tp_allreduce");
-    tp_allreduce = make_allreducer(name, tp_options);
+    tp_allreduce = make_allreducer(name, activation_allreduce_options(allreduce_options(config)));
     // On a CUDA device a host algorithm reduces a copy in pinned host memory.
     if (device != Device::kCpu && !find_allreducer(name).device)
       tp_allreduce = stage_through_host(std::move(tp_allreduce));

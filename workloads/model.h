@@ -181,5 +181,7 @@ double forward_backward(Model& model, const Batch& batch);
 
 // Data for the configured `data.dataset`, truncated as configured.
 DatasetPair load_dataset(const Config& config);
+// Every data.dataset, as load_dataset knows them.
+std::vector<std::string> dataset_names();
 
 }  // namespace psar

@@ -1,5 +1,8 @@
 // The registry of models, StageLayout's helpers, and the serial case.
 
+#include <algorithm>
+#include <iterator>
+
 #include "core/errors.h"
 #include "workloads/cnn.h"
 #include "workloads/dlrm.h"
@@ -82,31 +85,51 @@ double forward_backward(Model& model, const Batch& batch) {
   return model.batch_loss();
 }
 
+namespace {
+constexpr struct {
+  const char* name;  // data.dataset
+  DatasetPair (*load)(const Config& config);
+} kDatasets[] = {
+    {"fashion_mnist",
+     [](const Config& config) { return load_fashion_mnist(config.get_string("data.path")); }},
+    {"synthetic",
+     [](const Config& config) {
+       return make_synthetic(config.get_int("data.synthetic_samples"),
+                             config.get_int("data.synthetic_features"),
+                             config.get_int("data.synthetic_classes"),
+                             static_cast<uint64_t>(config.get_int("train.seed")));
+     }},
+    {"text",
+     [](const Config& config) {
+       return load_text(resolve_text_path(config.get_string("data.path")),
+                        config.get_int("model.seq_len"));
+     }},
+    {"synthetic_tokens",
+     [](const Config& config) {
+       // The vocabulary: model.vocab, or 64 when it is 0 ("from the data").
+       const int64_t vocab = config.get_int("model.vocab");
+       return make_synthetic_tokens(config.get_int("data.synthetic_samples"),
+                                    config.get_int("model.seq_len"), vocab > 0 ? vocab : 64,
+                                    static_cast<uint64_t>(config.get_int("train.seed")));
+     }},
+    {"zipf", &load_zipf_data},
+};
+}  // namespace
+
+std::vector<std::string> dataset_names() {
+  std::vector<std::string> names;
+  for (const auto& d : kDatasets) names.emplace_back(d.name);
+  return names;
+}
+
 DatasetPair load_dataset(const Config& config) {
   const std::string kind = config.get_string("data.dataset");
-  DatasetPair d;
-  if (kind == "fashion_mnist") {
-    d = load_fashion_mnist(config.get_string("data.path"));
-  } else if (kind == "synthetic") {
-    d = make_synthetic(config.get_int("data.synthetic_samples"),
-                       config.get_int("data.synthetic_features"),
-                       config.get_int("data.synthetic_classes"),
-                       static_cast<uint64_t>(config.get_int("train.seed")));
-  } else if (kind == "text") {
-    d = load_text(resolve_text_path(config.get_string("data.path")),
-                  config.get_int("model.seq_len"));
-  } else if (kind == "synthetic_tokens") {
-    // The vocabulary: model.vocab, or 64 when it is 0 ("from the data").
-    const int64_t vocab = config.get_int("model.vocab");
-    d = make_synthetic_tokens(config.get_int("data.synthetic_samples"),
-                              config.get_int("model.seq_len"), vocab > 0 ? vocab : 64,
-                              static_cast<uint64_t>(config.get_int("train.seed")));
-  } else if (kind == "zipf") {
-    d = load_zipf_data(config);
-  } else {
+  const auto* entry = std::find_if(std::begin(kDatasets), std::end(kDatasets),
+                                   [&](const auto& d) { return kind == d.name; });
+  if (entry == std::end(kDatasets))
     throw ConfigError("data.dataset: '" + kind + "' is not available for model.type " +
                       config.get_string("model.type"));
-  }
+  DatasetPair d = entry->load(config);
   d.train->truncate(config.get_int("data.train_limit"));
   d.test->truncate(config.get_int("data.test_limit"));
   return d;

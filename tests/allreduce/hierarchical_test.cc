@@ -138,5 +138,44 @@ std::vector<Case> even_shapes() {
 INSTANTIATE_TEST_SUITE_P(Allreduce, HierarchicalBytes, ::testing::ValuesIn(even_shapes()),
                          case_name);
 
+// The pairwise exchanges travel whole on one host and in segments across
+// hosts (below a TCP transport's eager limit, docs/algorithms.md,
+// "Segments"): more messages, the same bytes and the same sum.
+TEST(PairwiseExchanges, SegmentAcrossNodesOnlyWithTheSameBytesAndSum) {
+  constexpr int kRanks = 4;
+  constexpr int64_t kCount = 64 * 1024;  // 256 KiB: 16 segments of 16 KiB
+  constexpr uint64_t kSeed = 29;
+  AllreduceOptions options;
+  options.segment_bytes = 16 * 1024;
+  for (const char* name : {"naive", "butterfly", "halving_doubling"}) {
+    CommCounters one_node, two_nodes;
+    for (const std::vector<int>& node :
+         {std::vector<int>{0, 0, 0, 0}, std::vector<int>{0, 0, 1, 1}}) {
+      std::vector<std::vector<float>> results(kRanks);
+      std::vector<CommCounters> counters(kRanks);
+      run_inproc(kRanks, [&](Comm& comm) {
+        comm.set_nodes(node);
+        auto algo = make_allreducer(name, options);
+        auto data = make_input(kSeed, comm.rank(), kCount);
+        const CommCounters before = comm.counters();
+        algo->allreduce(comm, data);
+        const CommCounters after = comm.counters();
+        counters[static_cast<size_t>(comm.rank())] = {
+            after.bytes_sent - before.bytes_sent, 0,
+            after.messages_sent - before.messages_sent, 0, 0};
+        results[static_cast<size_t>(comm.rank())] = std::move(data);
+      });
+      EXPECT_EQ(count_wrong(results[0], kSeed, kRanks), 0) << name;
+      CommCounters& total = node[2] == 0 ? one_node : two_nodes;
+      for (const CommCounters& c : counters) {
+        total.bytes_sent += c.bytes_sent;
+        total.messages_sent += c.messages_sent;
+      }
+    }
+    EXPECT_EQ(two_nodes.bytes_sent, one_node.bytes_sent) << name;
+    EXPECT_GT(two_nodes.messages_sent, 4 * one_node.messages_sent) << name;
+  }
+}
+
 }  // namespace
 }  // namespace psar

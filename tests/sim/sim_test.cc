@@ -114,7 +114,7 @@ TEST_P(Ranks, AStepSyncsWithTheRegisteredProgramItself) {
   s.sync = "ring";  // and the ring's program otherwise: 2(d-1) rounds of its largest chunk
   const double chunk = 4.0 * static_cast<double>((model_params(s.model) + d - 1) / d);
   EXPECT_NEAR(simulate_step(c, s).sync_exposed_s, 2 * (d - 1) * (kAlpha + chunk / kBandwidth), 1e-12);
-  s.sync_dtype = ElementType::kBf16;  // sync.dtype: half the bytes of every message
+  s.allreduce.dtype = ElementType::kBf16;  // sync.dtype: half the bytes of every message
   EXPECT_NEAR(simulate_step(c, s).sync_exposed_s, 2 * (d - 1) * (kAlpha + chunk / 2 / kBandwidth),
               1e-12);
 }

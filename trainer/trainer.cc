@@ -233,6 +233,14 @@ void restore_rank(const CheckpointFile& f, int rank, const GridCoord& coord, int
   model.set_batches_seen(static_cast<uint64_t>(f.get_int("model_batches_seen")));
 }
 
+// The bytes of the optimizer state this rank keeps (its buffers' sizes).
+int64_t optimizer_state_bytes(GradientSync& sync) {
+  int64_t bytes = 0;
+  if (Optimizer* opt = sync.optimizer())
+    for (const auto& b : opt->state()) bytes += static_cast<int64_t>(b.size_bytes());
+  return bytes;
+}
+
 // train.device, checked against this build, this machine and what runs on a
 // CUDA device so far (docs/gpu.md): the MLP and the GPT, one pipeline stage,
 // tensor parallelism with the column_row split, no checkpoints, an allreduce
@@ -623,6 +631,9 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     axis.dp_bytes_sent = sync1.bytes_sent - sync0.bytes_sent + hybrid_bytes;
     axis.tp_gather_floats_formula = gather_formula;
     axis.dp_s = sync_s;
+    axis.params_bytes = static_cast<int64_t>(store.params().size_bytes());
+    axis.grads_bytes = static_cast<int64_t>(store.grads().size_bytes());
+    axis.optimizer_bytes = optimizer_state_bytes(sync);
     log.add(
         {step + 1, static_cast<double>(step + 1) / plan.steps_per_epoch, loss, step_s,
          run.compute_s, sync_s,

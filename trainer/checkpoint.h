@@ -27,6 +27,8 @@
 //   <8 bytes: FNV-1a 64 of everything before, little-endian>
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <utility>
@@ -95,6 +97,22 @@ CheckpointFile make_manifest(int64_t step, const Config& config, const JobIdenti
 // this job; `where` names the checkpoint for the message.
 void check_resumable(const CheckpointFile& manifest, const Config& config, const JobIdentity& job,
                      const std::string& where);
+
+// Resharding (a resume onto another data-parallel size): a flat state of
+// `count` floats that `old_parts` ranks held as the pieces of
+// Partition{count, old_parts} — old_piece(q) returns piece q — cut anew for
+// `new_parts` ranks: the piece of Partition{count, new_parts} that rank
+// `new_rank` holds, copied from the old pieces that overlap it (each read
+// once). DataError naming the piece when one holds the wrong count.
+// new_parts = 1 gathers the whole state; old_parts = 1 cuts a replicated one.
+std::vector<float> reshard_piece(int64_t count, int old_parts, int new_parts, int new_rank,
+                                 const std::function<std::vector<float>(int)>& old_piece);
+
+// Whether a checkpoint written on another data-parallel size may be resumed
+// by resharding it: a sharded optimizer (sync.zero > 0) under data
+// parallelism alone, in the checkpoint and in this run.
+bool reshards_on_resume(const CheckpointFile& manifest, const Config& config,
+                        const JobIdentity& job);
 
 // "optimizer.lr = 0.05 in A, 0.1 in B; ..." for the keys whose values differ
 // (ignoring those for which `skip(key)` is true); "" when none.

@@ -181,6 +181,33 @@ TEST_F(ZeroFiles, BytesOnTheWireAreTheReduceScatterAndAllGatherForms) {
   }
 }
 
+// The GPT at d = 4 and inside (2, 2, 2), where each rank shards its stage's
+// TP slice (Ψ = its dp_floats, which other tests hold to the model's
+// shapes) over a data-parallel group of 2: 4·(2Ψ − P_0 − P_1) = 4Ψ bytes.
+TEST_F(ZeroFiles, GptBytesOnTheWireAreTheFormsOverEachDataParallelGroup) {
+  for (const auto& [grid, ranks] : {std::pair{testing::Grid3d{1, 1, 4}, 4},
+                                    std::pair{testing::Grid3d{2, 2, 2, "1f1b", 1, true}, 8}}) {
+    for (const char* stage : {"1", "2"}) {
+      const auto rows = axes(ranks,
+                             testing::gpt_3d_config(grid, {std::string("sync.zero=") + stage,
+                                                           "train.steps=2", "sync.overlap=" +
+                                                           std::string(stage[0] == '2' ? "true" : "false"),
+                                                           "sync.bucket_bytes=8K"}),
+                             std::string("gpt_") + stage + "_" + std::to_string(ranks));
+      ASSERT_EQ(rows.size(), 2u * ranks);
+      for (const auto& row : rows) {
+        const int64_t psi = field(row, "dp_floats");
+        EXPECT_EQ(field(row, "dp_bytes_sent"),
+                  ring_zero_bytes(psi, grid.d, static_cast<int>(field(row, "dp"))))
+            << "stage " << stage << " rank " << row.at("rank");
+        EXPECT_EQ(field(row, "optimizer_bytes"),
+                  4 * (Partition{psi, grid.d}.size(static_cast<int>(field(row, "dp")))))
+            << "sgd with momentum: one velocity per owned float";
+      }
+    }
+  }
+}
+
 // fp32 Adam: ZeRO-0 16Ψ (parameters 4Ψ, gradients 4Ψ, m and v 8Ψ); stages 1
 // and 2: 4Ψ + 4Ψ + 8·P_r, P_r = Partition{Ψ, N}.size(r) = ⌈Ψ/N⌉ for
 // r < Ψ mod N, else ⌊Ψ/N⌋ — 8Ψ + 8Ψ/N when N divides Ψ. SGD with momentum:

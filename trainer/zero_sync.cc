@@ -24,11 +24,12 @@ std::pair<int64_t, int64_t> ZeroSync::owned() const {
 }
 
 void ZeroSync::step(std::span<float> params, std::span<float> grads) {
-  whole_->reduce_scatter(group_, grads);
+  if (stage_ >= 2) sync_range(0, params, grads);
+  else whole_->reduce_scatter(group_, grads);
   finish(params, grads);
 }
 
-void ZeroSync::sync_range(int64_t offset, std::span<float>, std::span<float> grads) {
+void ZeroSync::sync_range(int64_t offset, std::span<float> params, std::span<float> grads) {
   // The owners' boundaries inside [offset, offset + n), relative to offset.
   const auto n = static_cast<int64_t>(grads.size());
   std::vector<int64_t> split(static_cast<size_t>(group_.size()) + 1);
@@ -39,10 +40,29 @@ void ZeroSync::sync_range(int64_t offset, std::span<float>, std::span<float> gra
   auto& pair = ranges_[{offset, n}];
   if (!pair) pair = make_sharded_collectives(algorithm_, options_);
   pair->reduce_scatter(group_, grads, split);
+  // The range's parameters are not read again by this step's backward (its
+  // gradients are final): step the owned part now and gather the range.
+  const auto [own_begin, own_end] = owned();
+  const int64_t lo = std::max(own_begin, offset), hi = std::min(own_end, offset + n);
+  if (hi > lo) {
+    const auto at = static_cast<size_t>(lo - offset), m = static_cast<size_t>(hi - lo);
+    if (group_.size() > 1)
+      ops::scale(grads.data() + at, 1.0f / static_cast<float>(group_.size()), hi - lo);
+    optimizer_->step_slice(lo - own_begin, params.subspan(at, m), grads.subspan(at, m));
+    stepped_ += hi - lo;
+  }
+  pair->all_gather(group_, params, split);
 }
 
 void ZeroSync::finish(std::span<float> params, std::span<float> grads) {
   const auto [begin, end] = owned();
+  if (stage_ >= 2) {  // every range stepped and gathered in sync_range
+    PSAR_CHECK(stepped_ == end - begin, "zero stage 2: ", stepped_, " of the ", end - begin,
+               " owned floats went through sync_range this step");
+    stepped_ = 0;
+    optimizer_->end_step();
+    return;
+  }
   const auto at = static_cast<size_t>(begin), n = static_cast<size_t>(end - begin);
   if (group_.size() > 1)
     ops::scale(grads.data() + begin, 1.0f / static_cast<float>(group_.size()), end - begin);

@@ -113,6 +113,9 @@ std::unique_ptr<Allreducer> make_allreducer(const std::string& name,
 // Host algorithms by default (what runs on any machine, swept by tests and
 // benchmarks); with include_device, the GPU ones too.
 std::vector<std::string> allreducer_names(bool include_device = false);
+// What `psar bench allreduce` runs without --algos: every host algorithm of
+// the registry, in its order (a registered one included).
+std::vector<std::string> bench_allreduce_default_algos();
 
 // Adds an algorithm to the registry for the lifetime of this object: how a
 // test (or an out-of-tree experiment) plugs one in without touching

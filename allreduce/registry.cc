@@ -144,6 +144,8 @@ std::vector<std::string> allreducer_names(bool include_device) {
   return names;
 }
 
+std::vector<std::string> bench_allreduce_default_algos() { return allreducer_names(); }
+
 const AllreducerEntry& find_allreducer(const std::string& name) {
   for (const auto& e : entries())
     if (name == e.name) return e;

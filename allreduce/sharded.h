@@ -1,7 +1,7 @@
 #pragma once
 // ShardedCollectives: an algorithm's reduce-scatter and all-gather as a pair
 // with one piece layout — what a sharded optimizer (ZeRO stages 1–2,
-// trainer/zero_sync.h) runs instead of an allreduce: the gradient is
+// sync/zero_sync.h) runs instead of an allreduce: the gradient is
 // reduce-scattered so that each rank holds the sum of the piece it owns, the
 // rank steps the optimizer on that piece, and the parameters are
 // all-gathered. The algorithms that have the pair say so in the registry

@@ -384,6 +384,11 @@ std::string Config::dump() const {
   return std::string(e.c_str()) + "\n";
 }
 
+const Schema& Config::schema() const {
+  PSAR_CHECK(schema_, "Config used before loading");
+  return *schema_;
+}
+
 std::map<std::string, std::string> Config::flat() const {
   std::map<std::string, std::string> out;
   if (!schema_) return out;

@@ -86,6 +86,9 @@ class Config {
   // agreement, checkpoints).
   std::map<std::string, std::string> flat() const;
   const std::string& origin() const { return origin_; }
+  // The schema it was loaded with (another configuration of the same kind
+  // is read with it: a checkpoint's, core/checkpoint.h).
+  const Schema& schema() const;
 
  private:
   void validate_tree(const YAML::Node& node, const std::string& prefix) const;

@@ -38,7 +38,7 @@ class Optimizer {
   // params -= update(grads); both spans cover the `size` floats given at creation.
   void step(std::span<float> params, std::span<const float> grads);
   // A step taken in slices (a sharded optimizer stepping each bucket's piece
-  // as soon as its gradient is summed, trainer/zero_sync.h): step_slice()
+  // as soon as its gradient is summed, sync/zero_sync.h): step_slice()
   // updates params and grads against state elements [offset, offset +
   // params.size()) at the rate and bias correction of the step being taken;
   // end_step() then counts the step. Slices that cover the state once give

@@ -342,7 +342,7 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
     // the head's first and then block by block from the chunk's last layer
     // down, each at its share of the action's time; chunks in the order
     // those actions end. The blocks fill buckets of sync.bucket_bytes
-    // (trainer/buckets.h's rule); the embedding, the head's copy and the
+    // (sync/buckets.h's rule); the embedding, the head's copy and the
     // final layer norm — the tied ranges, synced after the buckets — form
     // the last, ready when the stage is done. One communication thread per
     // rank syncs the buckets in order, each once it is ready and the one

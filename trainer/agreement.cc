@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/errors.h"
-#include "trainer/checkpoint.h"
+#include "core/checkpoint.h"
 
 namespace psar {
 

@@ -43,7 +43,7 @@ struct AxisRow {
   int64_t tp_gather_floats_formula = 0;  // the all-gathers' floats: tp.all_gather_floats
   // Training state this rank holds allocated after the step, in bytes: the
   // parameter arena, the gradient arena, the optimizer's state buffers (a
-  // sharded optimizer's piece only, trainer/zero_sync.h; none on a
+  // sharded optimizer's piece only, sync/zero_sync.h; none on a
   // parameter server's worker).
   int64_t params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
 };

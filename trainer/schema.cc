@@ -2,7 +2,7 @@
 
 #include "allreduce/allreducer.h"
 #include "modelpar/pp/generators.h"
-#include "trainer/gradient_sync.h"
+#include "sync/gradient_sync.h"
 #include "workloads/model.h"
 
 namespace psar {

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "allreduce/allreducer.h"
+#include "allreduce/partition.h"
 #include "allreduce/staged.h"
 #include "comm/netem.h"
 #include "core/device.h"
@@ -21,13 +22,13 @@
 #include "modelpar/tp/group.h"
 #include "modelpar/tp/shard.h"
 #include "trainer/agreement.h"
-#include "trainer/allreduce_sync.h"
+#include "sync/allreduce_sync.h"
 #include "trainer/axes.h"
-#include "trainer/checkpoint.h"
-#include "trainer/gradient_sync.h"
+#include "core/checkpoint.h"
+#include "sync/gradient_sync.h"
 #include "trainer/hetero.h"
 #include "trainer/model_parts.h"
-#include "trainer/overlap.h"
+#include "sync/overlap.h"
 #include "trainer/pipeline_meter.h"
 #include "trainer/run_common.h"
 #include "trainer/step_log.h"
@@ -245,7 +246,7 @@ int64_t optimizer_state_bytes(GradientSync& sync) {
 // A checkpoint written by `old_n` data-parallel ranks, resumed by rank
 // `rank` of `n` (reshards_on_resume): the parameters (replicated), the
 // step's counters and the model's RNG from old rank 0's file, the optimizer
-// state resharded from the old ranks' pieces (trainer/checkpoint.h).
+// state resharded from the old ranks' pieces (core/checkpoint.h).
 void restore_resharded(const std::string& dir, int old_n, int rank, int n, int64_t step,
                        ParamStore& store, GradientSync& sync, Model& model) {
   std::map<int, CheckpointFile> files;
@@ -268,10 +269,15 @@ void restore_resharded(const std::string& dir, int old_n, int rank, int n, int64
   const auto state = opt->state();
   for (size_t b = 0; b < state.size(); ++b) {
     const std::string name = "optimizer." + std::to_string(b);
-    const auto piece = reshard_piece(static_cast<int64_t>(store.size()), old_n, n, rank, [&](int q) {
-      const auto saved = file(q).blob(name);
-      return std::vector<float>(saved.begin(), saved.end());
-    });
+    const Partition before{static_cast<int64_t>(store.size()), old_n},
+        after{static_cast<int64_t>(store.size()), n};
+    std::vector<int64_t> bounds;
+    for (int q = 0; q <= old_n; ++q) bounds.push_back(q == old_n ? before.count : before.offset(q));
+    const auto piece = reshard_range(bounds, after.offset(rank), after.offset(rank) + after.size(rank),
+                                     [&](int q) {
+                                       const auto saved = file(q).blob(name);
+                                       return std::vector<float>(saved.begin(), saved.end());
+                                     });
     PSAR_CHECK(piece.size() == state[b].size(), "resharded optimizer state ", b, " holds ",
                piece.size(), " floats, the optimizer ", state[b].size());
     std::copy(piece.begin(), piece.end(), state[b].begin());

@@ -45,7 +45,7 @@ struct TrainOptions {
   std::string out_dir;   // "" = write no files
   bool verbose = false;  // rank 0 prints progress lines
   // Continue from the latest complete checkpoint of this run directory
-  // ("" = a new run; trainer/checkpoint.h); a ConfigError names what differs
+  // ("" = a new run; core/checkpoint.h); a ConfigError names what differs
   // when it was written by another configuration, grid or world size. The
   // same directory as out_dir continues the run in place; another one
   // branches it: out_dir starts with its step rows up to the checkpoint and

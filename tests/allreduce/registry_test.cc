@@ -1,7 +1,7 @@
 // The allreduce registry as the one list: an algorithm registered from a test
-// binary, touching no other file, is what the benchmark runs by default,
-// what the registry-driven tests sweep and a choice of the config's
-// sync.backend and parallel.tp_allreduce; every entry states its cost form.
+// binary, touching no other file, is what the benchmark runs by default and
+// what the registry-driven tests sweep (a choice of the config too:
+// registry_train_test.cc); every entry states its cost form.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,41 +11,16 @@
 #include "allreduce/allreducer.h"
 #include "comm/inproc_comm.h"
 #include "core/errors.h"
-#include "trainer/cli.h"
-#include "trainer/schema.h"
-#include "trainer/trainer.h"
+#include "tests/allreduce/star_algorithm.h"
 
 namespace psar {
 namespace {
 
 using ::testing::Contains;
 using ::testing::Not;
-
-// A throwaway algorithm, written as a program: every rank sends its vector to
-// rank 0, which adds them in rank order and sends the sum back.
-Program star_program(const ProgramShape& shape) {
-  Program p("star allreduce", shape.ranks, shape.count);
-  for (int r = 1; r < shape.ranks; ++r) p.transfer(0, r, 0, 0, shape.count, true);
-  for (int r = 1; r < shape.ranks; ++r) p.transfer(1, 0, r, 0, shape.count, false);
-  p.finish();
-  return p;
-}
-
-// N-1 sequential messages in and out of rank 0.
-CostTerms star_cost(int ranks, int64_t bytes, const AllreduceOptions&) {
-  const double n = static_cast<double>(bytes);
-  return {2.0 * (ranks - 1), 2.0 * (ranks - 1) * n, (ranks - 1) * n};
-}
-int64_t star_sent_bytes(int rank, int ranks, int64_t count) {
-  if (ranks == 1 || count == 0) return 0;
-  return 4 * count * (rank == 0 ? ranks - 1 : 1);
-}
-
-const AllreducerEntry kStar{
-    .name = "star_for_test",
-    .summary = "gather to rank 0, add, send back (a test's own algorithm)",
-    .program = &star_program,
-    .cost = &star_cost};
+using psar::testing::kStar;
+using psar::testing::star_program;
+using psar::testing::star_sent_bytes;
 
 TEST(AllreduceRegistry, AnAlgorithmRegisteredInATestIsInTheBenchmarkDefaultsUntilItGoes) {
   ASSERT_THAT(bench_allreduce_default_algos(), Not(Contains("star_for_test")));
@@ -73,30 +48,6 @@ TEST(AllreduceRegistry, AnAlgorithmRegisteredInATestIsInTheBenchmarkDefaultsUnti
   }
   EXPECT_THAT(bench_allreduce_default_algos(), Not(Contains("star_for_test")));
   EXPECT_THROW(find_allreducer("star_for_test"), ConfigError);
-}
-
-TEST(AllreduceRegistry, AnAlgorithmRegisteredInATestIsAConfigChoiceAndTrains) {
-  const auto config = [](const std::string& backend) {
-    return Config::load_string(
-        "model: {type: mlp, hidden: [16]}\n"
-        "data: {dataset: synthetic, synthetic_samples: 240, synthetic_features: 8, "
-        "synthetic_classes: 3, test_limit: 30}\n"
-        "train: {steps: 5, batch_size: 24, log_every: 100}\n"
-        "sync: {backend: " + backend + ", timeout: 20s}\n",
-        config_schema());
-  };
-  EXPECT_THROW(config("star_for_test"), ConfigError) << "not a choice before it is registered";
-  const AllreducerRegistration star(kStar);
-  EXPECT_THAT(config_schema().find("sync.backend")->allowed(), Contains("star_for_test"));
-  EXPECT_THAT(config_schema().find("parallel.tp_allreduce")->allowed(), Contains("star_for_test"));
-  std::vector<std::vector<float>> params(2);
-  for (const char* backend : {"ring", "star_for_test"})
-    run_inproc(3, [&](Comm& comm) {
-      const TrainResult r = train(comm, config(backend));
-      if (comm.rank() == 0) params[std::string(backend) == "ring" ? 0 : 1] = r.params;
-    });
-  ASSERT_EQ(params[0].size(), params[1].size());
-  for (size_t i = 0; i < params[0].size(); ++i) EXPECT_NEAR(params[1][i], params[0][i], 1e-5);
 }
 
 // The registry before and after a refused registration: the same names, and

@@ -82,7 +82,7 @@ TEST(Optimizer, UpdatingSlicesEqualsUpdatingTheWhole) {
 }
 
 TEST(Optimizer, AStepTakenInSlicesInAnyOrderIsBitwiseOneStep) {
-  // What a sharded optimizer relies on (trainer/zero_sync.h, stage 2): each
+  // What a sharded optimizer relies on (sync/zero_sync.h, stage 2): each
   // bucket's piece stepped as it is reduced, then the step counted once —
   // the rate and Adam's bias correction are those of the step being taken.
   for (const char* type : {"sgd", "adam"}) {

@@ -20,7 +20,7 @@
 
 #include "comm/mpi_comm.h"
 #include "tests/ps/ps_test_util.h"
-#include "trainer/ps_sync.h"
+#include "sync/ps_sync.h"
 #include "trainer/schema.h"
 
 int main(int argc, char** argv) {

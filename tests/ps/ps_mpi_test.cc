@@ -19,7 +19,7 @@
 #include "core/ops.h"
 #include "tests/ps/ps_test_util.h"
 #include "tests/trainer/train_fixture.h"
-#include "trainer/ps_sync.h"
+#include "sync/ps_sync.h"
 #include "trainer/schema.h"
 #include "trainer/trainer.h"
 

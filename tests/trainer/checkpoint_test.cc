@@ -29,7 +29,7 @@
 #include "core/ops.h"
 #include "three_d_fixture.h"
 #include "train_fixture.h"
-#include "trainer/checkpoint.h"
+#include "core/checkpoint.h"
 #include "trainer/step_log.h"
 #include "trainer/trainer.h"
 

@@ -24,7 +24,7 @@
 #include "core/ops.h"
 #include "tests/trainer/three_d_fixture.h"
 #include "tests/trainer/train_fixture.h"
-#include "trainer/buckets.h"
+#include "sync/buckets.h"
 #include "trainer/trainer.h"
 
 namespace psar {

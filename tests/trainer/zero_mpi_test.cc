@@ -1,4 +1,4 @@
-// Sharded training state under mpirun (trainer/zero_sync.h): stages 1 and 2
+// Sharded training state under mpirun (sync/zero_sync.h): stages 1 and 2
 // (with overlap) after 10 steps equal the same backend's ZeRO-0 run within
 // 1e-6 relative, every rank bitwise the same as rank 0 — mpi
 // (MPI_Reduce_scatter and MPI_Allgatherv against MPI_Allreduce), ring and

@@ -1,4 +1,4 @@
-// Sharded training state (ZeRO stages 1 and 2, trainer/zero_sync.h),
+// Sharded training state (ZeRO stages 1 and 2, sync/zero_sync.h),
 // in-process. After 10 steps each stage equals the same algorithm's ZeRO-0
 // run — bitwise for stage 1 of ring and halving_doubling (the same
 // reduce-scatter sums each element), within 1e-6 relative for stage 2's
@@ -22,7 +22,7 @@
 #include "core/ops.h"
 #include "tests/trainer/three_d_fixture.h"
 #include "tests/trainer/train_fixture.h"
-#include "trainer/checkpoint.h"
+#include "core/checkpoint.h"
 #include "trainer/trainer.h"
 
 namespace psar {
@@ -295,9 +295,12 @@ TEST(Reshard, EveryNewPieceIsTheOldStatesSliceForAnyCounts) {
       for (int new_parts : {1, 2, 4, 6, 8}) {
         // The old pieces of the state 0, 1, ..., count-1.
         const Partition before{count, old_parts}, after{count, new_parts};
+        std::vector<int64_t> bounds;
+        for (int q = 0; q <= old_parts; ++q) bounds.push_back(q == old_parts ? count : before.offset(q));
         int reads = 0;
         for (int r = 0; r < new_parts; ++r) {
-          const auto piece = reshard_piece(count, old_parts, new_parts, r, [&](int q) {
+          const auto piece = reshard_range(bounds, after.offset(r), after.offset(r) + after.size(r),
+                                           [&](int q) {
             ++reads;
             std::vector<float> v(static_cast<size_t>(before.size(q)));
             for (size_t i = 0; i < v.size(); ++i)
@@ -311,7 +314,9 @@ TEST(Reshard, EveryNewPieceIsTheOldStatesSliceForAnyCounts) {
         }
         EXPECT_LE(reads, old_parts + new_parts) << "each new piece reads only what overlaps it";
       }
-  EXPECT_THROW(reshard_piece(10, 2, 1, 0, [](int) { return std::vector<float>(3); }), DataError);
+  EXPECT_THROW(reshard_range({0, 5, 10}, 0, 10, [](int) { return std::vector<float>(3); }),
+               DataError);
+  EXPECT_THROW(reshard_range({0, 5}, 0, 10, [](int) { return std::vector<float>(5); }), DataError);
 }
 
 // ---- bad configurations --------------------------------------------------------

@@ -3,7 +3,7 @@
 // the data-parallel communicator, divide by its size, step the local optimizer.
 
 #include "allreduce/allreducer.h"
-#include "trainer/gradient_sync.h"
+#include "sync/gradient_sync.h"
 
 namespace psar {
 

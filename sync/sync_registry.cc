@@ -2,10 +2,10 @@
 
 #include "allreduce/allreducer.h"
 #include "core/errors.h"
-#include "trainer/allreduce_sync.h"
-#include "trainer/gradient_sync.h"
-#include "trainer/ps_sync.h"
-#include "trainer/zero_sync.h"
+#include "sync/allreduce_sync.h"
+#include "sync/gradient_sync.h"
+#include "sync/ps_sync.h"
+#include "sync/zero_sync.h"
 
 namespace psar {
 

@@ -1,4 +1,4 @@
-#include "trainer/checkpoint.h"
+#include "core/checkpoint.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -7,11 +7,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "allreduce/partition.h"
 #include "core/csv.h"
 #include "core/errors.h"
 #include "core/rng.h"
-#include "trainer/schema.h"
 
 namespace psar {
 
@@ -270,24 +268,26 @@ CheckpointFile make_manifest(int64_t step, const Config& config, const JobIdenti
   return m;
 }
 
-std::vector<float> reshard_piece(int64_t count, int old_parts, int new_parts, int new_rank,
+std::vector<float> reshard_range(const std::vector<int64_t>& old_bounds, int64_t begin,
+                                 int64_t end,
                                  const std::function<std::vector<float>(int)>& old_piece) {
-  const Partition before{count, old_parts}, after{count, new_parts};
-  const int64_t begin = after.offset(new_rank), end = begin + after.size(new_rank);
   std::vector<float> out;
-  out.reserve(static_cast<size_t>(end - begin));
-  for (int q = 0; q < old_parts; ++q) {
-    const int64_t qb = before.offset(q), qe = qb + before.size(q);
+  out.reserve(static_cast<size_t>(std::max<int64_t>(0, end - begin)));
+  for (size_t q = 0; q + 1 < old_bounds.size(); ++q) {
+    const int64_t qb = old_bounds[q], qe = old_bounds[q + 1];
     if (qe <= begin || qb >= end || qb == qe) continue;
-    const std::vector<float> piece = old_piece(q);
+    const std::vector<float> piece = old_piece(static_cast<int>(q));
     if (static_cast<int64_t>(piece.size()) != qe - qb)
-      throw DataError("resharding " + std::to_string(count) + " floats from " +
-                      std::to_string(old_parts) + " pieces: piece " + std::to_string(q) +
-                      " holds " + std::to_string(piece.size()) + " floats, expected " +
+      throw DataError("resharding: old piece " + std::to_string(q) + " holds " +
+                      std::to_string(piece.size()) + " floats, expected " +
                       std::to_string(qe - qb));
     const int64_t from = std::max(begin, qb), to = std::min(end, qe);
     out.insert(out.end(), piece.begin() + (from - qb), piece.begin() + (to - qb));
   }
+  if (static_cast<int64_t>(out.size()) != end - begin)
+    throw DataError("resharding: the old pieces cover " + std::to_string(out.size()) + " of the " +
+                    std::to_string(end - begin) + " floats [" + std::to_string(begin) + ", " +
+                    std::to_string(end) + ")");
   return out;
 }
 
@@ -302,7 +302,7 @@ void check_resumable(const CheckpointFile& manifest, const Config& config, const
                      const std::string& where) {
   std::vector<std::string> why;
   const Config saved =
-      Config::load_string(manifest.get("config"), config_schema(), {}, manifest.origin());
+      Config::load_string(manifest.get("config"), config.schema(), {}, manifest.origin());
   const std::string keys = config_differences(saved.flat(), config.flat(), "the checkpoint",
                                               "this run", &resume_may_differ);
   if (!keys.empty()) why.push_back("configuration: " + keys);

@@ -5,7 +5,7 @@
 //       [--set sync.segment_bytes=512K] [--set sync.dtype=bf16] [--set sync.timeout=60s]
 //
 // Without --algos: every host algorithm of the registry, in its order
-// (bench_allreduce_default_algos).
+// (bench_allreduce_default_algos, allreduce/allreducer.h).
 //
 // For every size b, b·f, b·f², … ≤ e (bytes of the caller's float32 vector,
 // in place; on the wire in sync.dtype: --set sync.dtype=bf16 halves the
@@ -51,8 +51,8 @@
 #include "comm/netem.h"
 #include "core/timer.h"
 #include "core/units.h"
-#include "trainer/allreduce_sync.h"
-#include "trainer/cli.h"
+#include "sync/allreduce_sync.h"
+#include "tools/cli.h"
 #include "trainer/schema.h"
 
 namespace psar {
@@ -186,11 +186,6 @@ void print_row(const Row& r, ElementType wire) {
   std::fflush(stdout);
 }
 
-}  // namespace
-
-std::vector<std::string> bench_allreduce_default_algos() { return allreducer_names(); }
-
-namespace {
 
 // Rows of `path` (a tuning table) for world sizes other than `ranks`.
 std::string kept_tuning_rows(const std::string& path, int ranks) {

@@ -1,4 +1,4 @@
-#include "trainer/cli.h"
+#include "tools/cli.h"
 
 namespace psar {
 

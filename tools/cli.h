@@ -57,8 +57,4 @@ int cmd_keys(CliContext&);
 int cmd_simulate(CliContext&);
 int cmd_plan(CliContext&);
 
-// What `psar bench allreduce` runs without --algos: every host algorithm of
-// the allreduce registry, in its order (a registered one included).
-std::vector<std::string> bench_allreduce_default_algos();
-
 }  // namespace psar

@@ -13,7 +13,7 @@
 #include "core/csv.h"
 #include "core/errors.h"
 #include "sim/step.h"
-#include "trainer/cli.h"
+#include "tools/cli.h"
 #include "trainer/schema.h"
 
 namespace psar {

@@ -20,7 +20,7 @@
 #include "core/csv.h"
 #include "core/errors.h"
 #include "sim/plan.h"
-#include "trainer/cli.h"
+#include "tools/cli.h"
 #include "trainer/schema.h"
 
 namespace psar {

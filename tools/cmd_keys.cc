@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "trainer/cli.h"
+#include "tools/cli.h"
 #include "trainer/schema.h"
 
 namespace psar {

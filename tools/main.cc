@@ -14,8 +14,8 @@
 
 #include "comm/mpi_comm.h"
 #include "core/errors.h"
-#include "trainer/checkpoint.h"
-#include "trainer/cli.h"
+#include "core/checkpoint.h"
+#include "tools/cli.h"
 
 namespace {
 

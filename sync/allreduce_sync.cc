@@ -1,4 +1,4 @@
-#include "trainer/allreduce_sync.h"
+#include "sync/allreduce_sync.h"
 
 #include "allreduce/staged.h"
 #include "allreduce/tuned.h"

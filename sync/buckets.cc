@@ -1,4 +1,4 @@
-#include "trainer/buckets.h"
+#include "sync/buckets.h"
 
 #include <algorithm>
 

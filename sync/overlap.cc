@@ -1,4 +1,4 @@
-#include "trainer/overlap.h"
+#include "sync/overlap.h"
 
 #include <algorithm>
 #include <chrono>

@@ -41,7 +41,7 @@
 
 #include "allreduce/partition.h"
 #include "allreduce/sharded.h"
-#include "trainer/gradient_sync.h"
+#include "sync/gradient_sync.h"
 
 namespace psar {
 

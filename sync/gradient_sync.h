@@ -59,7 +59,7 @@ class GradientSync {
 };
 
 // Where and when the run checkpoints, and the step it resumes from
-// (trainer/checkpoint.h). Backends that keep state outside the worker ranks
+// (core/checkpoint.h). Backends that keep state outside the worker ranks
 // take part: the parameter server's shards save and restore their own.
 struct CheckpointPlan {
   std::string run_dir;       // "" = no checkpoints

@@ -1,9 +1,9 @@
-#include "trainer/ps_sync.h"
+#include "sync/ps_sync.h"
 
 #include "core/csv.h"
 #include "core/errors.h"
 #include "core/log.h"
-#include "trainer/checkpoint.h"
+#include "core/checkpoint.h"
 
 namespace psar {
 
@@ -122,7 +122,7 @@ SyncSetup make_ps_sync(SyncInit& init) { return make_ps_sync(init, nullptr); }
 
 namespace {
 
-// The shards' part of a checkpoint (trainer/checkpoint.h): each shard writes
+// The shards' part of a checkpoint (core/checkpoint.h): each shard writes
 // shard_<s>.ckpt when it has applied the checkpoint's step, and a resumed
 // shard reads it back.
 void plan_shard_checkpoints(ps::PsOptions& o, const CheckpointPlan& plan) {

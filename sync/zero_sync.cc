@@ -1,10 +1,10 @@
-#include "trainer/zero_sync.h"
+#include "sync/zero_sync.h"
 
 #include <algorithm>
 
 #include "core/errors.h"
 #include "core/ops.h"
-#include "trainer/allreduce_sync.h"
+#include "sync/allreduce_sync.h"
 
 namespace psar {
 

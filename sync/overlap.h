@@ -40,8 +40,8 @@
 #include "comm/comm.h"
 #include "core/param_store.h"
 #include "modelpar/pp/stage_model.h"
-#include "trainer/buckets.h"
-#include "trainer/gradient_sync.h"
+#include "sync/buckets.h"
+#include "sync/gradient_sync.h"
 
 namespace psar {
 

@@ -21,7 +21,7 @@
 #include "core/errors.h"
 #include "core/ops.h"
 #include "core/rng.h"
-#include "trainer/cli.h"
+#include "tools/cli.h"
 #include "trainer/schema.h"
 #include "trainer/trainer.h"
 

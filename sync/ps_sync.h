@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ps/launch.h"
-#include "trainer/gradient_sync.h"
+#include "sync/gradient_sync.h"
 
 namespace psar {
 

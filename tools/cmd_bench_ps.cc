@@ -49,8 +49,8 @@
 #include "ps/launch.h"
 #include "ps/raw_echo.h"
 #include "ps/sharding.h"
-#include "trainer/cli.h"
-#include "trainer/ps_sync.h"
+#include "tools/cli.h"
+#include "sync/ps_sync.h"
 #include "trainer/schema.h"
 
 namespace psar {

@@ -30,7 +30,7 @@
 #include "modelpar/pp/generators.h"
 #include "modelpar/pp/grid.h"
 #include "modelpar/pp/simulate.h"
-#include "trainer/cli.h"
+#include "tools/cli.h"
 
 extern char** environ;
 

@@ -98,14 +98,15 @@ CheckpointFile make_manifest(int64_t step, const Config& config, const JobIdenti
 void check_resumable(const CheckpointFile& manifest, const Config& config, const JobIdentity& job,
                      const std::string& where);
 
-// Resharding (a resume onto another data-parallel size): a flat state of
-// `count` floats that `old_parts` ranks held as the pieces of
-// Partition{count, old_parts} — old_piece(q) returns piece q — cut anew for
-// `new_parts` ranks: the piece of Partition{count, new_parts} that rank
-// `new_rank` holds, copied from the old pieces that overlap it (each read
-// once). DataError naming the piece when one holds the wrong count.
-// new_parts = 1 gathers the whole state; old_parts = 1 cuts a replicated one.
-std::vector<float> reshard_piece(int64_t count, int old_parts, int new_parts, int new_rank,
+// Resharding (a resume onto another data-parallel size): a flat state that
+// old ranks held as pieces — piece q = [old_bounds[q], old_bounds[q+1]),
+// read by old_piece(q) — cut anew: floats [begin, end) of the state, copied
+// from the old pieces that overlap it (each read once, the others not at
+// all). Any layout: a sharded optimizer's Partition pieces, a parameter
+// server's key ranges. DataError when a piece holds the wrong count or the
+// pieces do not cover the range.
+std::vector<float> reshard_range(const std::vector<int64_t>& old_bounds, int64_t begin,
+                                 int64_t end,
                                  const std::function<std::vector<float>(int)>& old_piece);
 
 // Whether a checkpoint written on another data-parallel size may be resumed

@@ -26,8 +26,8 @@
 #include "core/csv.h"
 #include "core/errors.h"
 #include "core/units.h"
-#include "trainer/allreduce_sync.h"
-#include "trainer/cli.h"
+#include "sync/allreduce_sync.h"
+#include "tools/cli.h"
 #include "trainer/schema.h"
 
 namespace psar {

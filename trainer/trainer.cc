@@ -38,6 +38,28 @@ namespace psar {
 
 namespace {
 
+// A sparse model's tables as the arena's head of equal rows (docs/sparse.md).
+SparseRows sparse_rows(const Model& model) {
+  SparseRows rows;
+  for (const SparseTable& t : model.sparse_tables()) {
+    PSAR_CHECK(t.offset == rows.floats && (rows.row_floats == 0 || rows.row_floats == t.dim),
+               "embedding table ", t.name, " is not the next equal-width rows of the arena's head");
+    rows.row_floats = t.dim;
+    rows.floats += t.rows * t.dim;
+  }
+  return rows;
+}
+
+// The batch's touched rows as row numbers of the arena's head, ascending.
+std::vector<int64_t> touched_rows(const Model& model, const SparseRows& space) {
+  std::vector<int64_t> rows;
+  const auto tables = model.sparse_tables();
+  for (size_t t = 0; t < tables.size(); ++t)
+    for (const int64_t r : model.touched_rows(static_cast<int>(t)))
+      rows.push_back(tables[t].offset / space.row_floats + r);
+  return rows;  // tables in arena order, rows ascending within each
+}
+
 using psar::detail::concat;
 
 // parallel.*: the grid, the schedule and the micro-batches.
@@ -285,7 +307,7 @@ void restore_resharded(const std::string& dir, int old_n, int rank, int n, int64
 }
 
 // train.device, checked against this build, this machine and what runs on a
-// CUDA device so far (docs/gpu.md): the MLP and the GPT, one pipeline stage,
+// CUDA device so far (docs/gpu.md): the MLP, the GPT and the CNN, one pipeline stage,
 // tensor parallelism with the column_row split, no checkpoints, an allreduce
 // backend. A ConfigError names the key.
 Device training_device(const Config& config, const Parallel& par, const std::string& sync_name,
@@ -297,7 +319,8 @@ Device training_device(const Config& config, const Parallel& par, const std::str
     throw ConfigError("train.device: cuda does not run " + what + " yet (docs/gpu.md)");
   };
   const std::string model = config.get_string("model.type");
-  if (model != "mlp" && model != "gpt") refuse("model.type " + model + " (mlp and gpt do)");
+  if (model != "mlp" && model != "gpt" && model != "cnn")
+    refuse("model.type " + model + " (mlp, gpt and cnn do)");
   if (par.p > 1) refuse("pipeline parallelism (parallel.pp must be 1)");
   if (par.t > 1 && config.get_string("parallel.tp_split") != "column_row")
     refuse("parallel.tp_split " + config.get_string("parallel.tp_split") + " (column_row does)");
@@ -386,6 +409,9 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
       throw ConfigError("sync.overlap: parallel.hybrid syncs the conv gradients after the "
                         "backward only; set sync.overlap: false");
     hybrid_dp = make_allreducer(sync_name, allreduce_options(config));
+    // On a CUDA device a host algorithm reduces a copy in pinned host memory.
+    if (device != Device::kCpu && !find_allreducer(sync_name).device)
+      hybrid_dp = stage_through_host(std::move(hybrid_dp));
   }
   const int grid_t = par.hybrid ? trainers : par.t;
   const GridShape shape = make_grid_shape(trainers, grid_t, par.p, par.order);
@@ -462,7 +488,8 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
                 optimizer,
                 grid ? &grid->dp() : nullptr,
                 CheckpointPlan{options.out_dir, checkpoint_every, first_step,
-                               options.resume_from}};
+                               options.resume_from},
+                sparse_rows(*model)};
   SyncSetup setup = make_gradient_sync(sync_name, init);
   if (setup.serve) {
     setup.serve();
@@ -612,6 +639,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
                            static_cast<size_t>(local_batch)),
                        batch);
     model->set_batch(batch);
+    if (init.sparse.floats > 0) sync.set_touched_rows(touched_rows(*model, init.sparse));
     store.zero_grads();
     const TpCounters tp0 = tp.counters;
     const CommCounters tpc0 = grid->tp().counters(), pipe0 = pipeline.counters(),

@@ -6,6 +6,7 @@
 
 #include "allreduce/allreducer.h"
 #include "allreduce/program.h"
+#include "allreduce/sharded.h"
 
 namespace psar {
 
@@ -19,6 +20,8 @@ Program hierarchical_program(const ProgramShape&);
 // The other collectives (allreduce/collectives.h).
 Program ring_reduce_scatter_program(const ProgramShape&);
 Program ring_all_gather_program(const ProgramShape&);
+Program halving_doubling_reduce_scatter_program(const ProgramShape&);
+Program halving_doubling_all_gather_program(const ProgramShape&);
 Program tree_broadcast_program(const ProgramShape&);
 Program tree_reduce_program(const ProgramShape&);
 // One pass around the ring, what its reduce-scatter and all-gather share
@@ -28,6 +31,7 @@ Program ring_pass_program(std::string name, const ProgramShape& shape, int lag, 
 
 // Library peers: no program of psar's.
 std::unique_ptr<Allreducer> make_mpi_allreducer(const AllreduceOptions&);
+std::unique_ptr<ShardedCollectives> make_mpi_sharded(const AllreduceOptions&);
 // nccl.cc when CUDA/NCCL are built, nccl_unavailable.cc otherwise.
 std::unique_ptr<Allreducer> make_nccl_allreducer(const AllreduceOptions&);
 

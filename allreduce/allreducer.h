@@ -57,6 +57,8 @@ AllreduceOptions activation_allreduce_options(AllreduceOptions options);
 // each of its N−1 edges); docs/gpu.md. Rounded down.
 int64_t nccl_bytes_per_rank(int ranks, int64_t count, int element = 4);
 
+class ShardedCollectives;  // allreduce/sharded.h
+
 class Allreducer {
  public:
   virtual ~Allreducer() = default;
@@ -94,6 +96,13 @@ struct AllreducerEntry {
   // A library peer: the algorithm whose program the simulator times in its
   // place (nullptr: the simulator refuses it).
   const char* timed_as = nullptr;
+  // Its reduce-scatter and all-gather with one piece layout (what a sharded
+  // optimizer runs, allreduce/sharded.h): programs of psar's, or a library
+  // peer's own pair; none: the algorithm cannot shard (sync.zero refuses it).
+  ProgramFn reduce_scatter = nullptr;
+  ProgramFn all_gather = nullptr;
+  std::unique_ptr<ShardedCollectives> (*make_sharded)(const AllreduceOptions&) = nullptr;
+  bool shards() const { return (reduce_scatter && all_gather) || make_sharded; }
 
   // The program for `ranks` ranks and `count` elements (node: as
   // ProgramShape::node); ConfigError for an algorithm without one.

@@ -35,10 +35,10 @@ ProgramCollective::ProgramCollective(ProgramFn program, CollectiveOptions option
     : fn_(program), options_(options), tag_(tag) {}
 
 void ProgramCollective::run(Comm& comm, std::span<float> data, int root,
-                            const std::vector<int>& node) {
+                            const std::vector<int>& node, const std::vector<int64_t>& split) {
   const ProgramShape shape{.ranks = comm.size(), .count = static_cast<int64_t>(data.size()),
                            .segment_bytes = options_.segment_bytes, .dtype = options_.dtype,
-                           .root = root, .node = node};
+                           .root = root, .node = node, .split = split};
   if (!planned_ || planned_rank_ != comm.rank() || !(shape == shape_)) {
     PSAR_CHECK(0 <= root && root < comm.size(), "collective root ", root, " outside ",
                comm.size(), " ranks");

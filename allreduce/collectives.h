@@ -53,8 +53,10 @@ std::span<const CollectiveEntry> collective_registry();
 class ProgramCollective {
  public:
   ProgramCollective(ProgramFn program, CollectiveOptions options, int tag);
-  // In place over data (the program's vector), errors naming the program.
-  void run(Comm& comm, std::span<float> data, int root = 0, const std::vector<int>& node = {});
+  // In place over data (the program's vector), errors naming the program;
+  // split: the pieces of a reduce-scatter or all-gather (ProgramShape::split).
+  void run(Comm& comm, std::span<float> data, int root = 0, const std::vector<int>& node = {},
+           const std::vector<int64_t>& split = {});
   const Program& program() const { return program_; }
 
  private:

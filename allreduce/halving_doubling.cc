@@ -14,9 +14,12 @@
 // 2(p2-1)·n + 2(N-p2)·n = 2(N-1)·n, with two more steps and N-p2 idle ranks.
 // Any N ≥ 1, any count (ranges split by Partition, so pieces may be empty).
 
+#include <string>
+
 #include "allreduce/algorithms.h"
 #include "allreduce/fold.h"
 #include "allreduce/partition.h"
+#include "core/errors.h"
 
 namespace psar {
 
@@ -57,6 +60,72 @@ CostTerms halving_doubling_cost(int ranks, int64_t bytes, const AllreduceOptions
   const double n = static_cast<double>(bytes), f = fold.extras > 0 ? 1 : 0;
   const double share = static_cast<double>(fold.p2 - 1) / fold.p2 * n;
   return {2.0 * rounds + 2 * f, 2 * share + 2 * f * n, share + f * n};
+}
+
+// halving_doubling reduce-scatter and all-gather: the two halves of the
+// allreduce above on their own, over the pieces of the shape's layout
+// (Partition{count, N}, or its split) instead of halves of halves. In
+// halving round i (d = N/2, …, 1) rank r holds pieces [lo, hi), keeps
+// [lo, mid) if (r & d) == 0 and [mid, hi) otherwise (mid = (lo+hi)/2), sends
+// the elements of the other half to r XOR d and adds the partner's copy of
+// the kept half: after log₂N rounds it holds piece r summed — the same
+// pairs in the same rounds as the allreduce, so each element is the same
+// sum of the same partial sums. The all-gather replays the rounds in
+// reverse, each rank sending the pieces it holds to its partner. Cost:
+// log₂N steps each; rank r sends n minus piece r in the reduce-scatter and
+// the sum of the 2^k-piece blocks that hold r (k = 0..log₂N−1) in the
+// all-gather, (N−1)/N·n each with pieces of equal size. N a power of two
+// (no fold: an idle rank would own no piece); ConfigError otherwise.
+namespace {
+int halving_levels(const ProgramShape& shape, const char* what) {
+  const Fold fold(shape.ranks);
+  if (fold.extras > 0)
+    throw ConfigError(std::string("halving_doubling ") + what +
+                      " needs a power-of-two number of ranks, got " +
+                      std::to_string(shape.ranks) + " (choose ring, or a group of 2^k ranks)");
+  return fold.levels;
+}
+
+// Calls f(round, rank, partner, give, given, keep, kept) for every halving round.
+template <class F>
+void for_halving(const ProgramShape& shape, F f) {
+  const int N = shape.ranks;
+  for (int r = 0; r < N; ++r) {
+    int lo = 0, hi = N, round = 0;
+    for (int d = N / 2; d >= 1; d /= 2, ++round) {
+      const int mid = (lo + hi) / 2;
+      const bool keep_lower = (r & d) == 0;
+      const int klo = keep_lower ? lo : mid, khi = keep_lower ? mid : hi;
+      const int glo = keep_lower ? mid : lo, ghi = keep_lower ? hi : mid;
+      f(round, r, r ^ d, shape.piece_offset(glo), shape.piece_offset(ghi) - shape.piece_offset(glo),
+        shape.piece_offset(klo), shape.piece_offset(khi) - shape.piece_offset(klo));
+      lo = klo;
+      hi = khi;
+    }
+  }
+}
+}  // namespace
+
+Program halving_doubling_reduce_scatter_program(const ProgramShape& shape) {
+  halving_levels(shape, "reduce-scatter");
+  Program p("halving-doubling reduce-scatter", shape.ranks, shape.count);
+  p.segmented = false;
+  for_halving(shape, [&](int round, int r, int partner, int64_t give, int64_t given, int64_t,
+                         int64_t) { p.transfer(round, r, partner, give, given, true); });
+  p.finish();
+  return p;
+}
+
+Program halving_doubling_all_gather_program(const ProgramShape& shape) {
+  const int levels = halving_levels(shape, "all-gather");
+  Program p("halving-doubling all-gather", shape.ranks, shape.count);
+  p.segmented = false;
+  for_halving(shape, [&](int round, int r, int partner, int64_t, int64_t, int64_t keep,
+                         int64_t kept) {
+    p.transfer(levels - 1 - round, r, partner, keep, kept, false);
+  });
+  p.finish();
+  return p;
 }
 
 }  // namespace psar

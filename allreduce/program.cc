@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "allreduce/partition.h"
 #include "core/errors.h"
 
 namespace psar {
@@ -166,6 +167,20 @@ bool ProgramShape::spans_nodes() const {
 int64_t ProgramShape::segments(int64_t elements) const {
   const int64_t bytes = elements * element_size(dtype);
   return std::max<int64_t>(1, (bytes + segment_bytes - 1) / segment_bytes);
+}
+
+int64_t ProgramShape::piece_offset(int r) const {
+  if (split.empty()) return Partition{count, ranks}.offset(r);
+  PSAR_CHECK(static_cast<int>(split.size()) == ranks + 1 && split.front() == 0 &&
+                 split.back() == count,
+             "a split of ", count, " elements over ", ranks, " ranks needs ", ranks + 1,
+             " boundaries from 0 to ", count);
+  return split[static_cast<size_t>(r)];
+}
+
+int64_t ProgramShape::piece_size(int r) const {
+  if (split.empty()) return Partition{count, ranks}.size(r);
+  return piece_offset(r + 1) - piece_offset(r);
 }
 
 }  // namespace psar

@@ -123,6 +123,14 @@ struct ProgramShape {
   ElementType dtype = ElementType::kFp32;
   int root = 0;             // broadcast, reduce
   std::vector<int> node;    // [rank] -> node; empty: one node (hierarchical)
+  // Reduce-scatter, all-gather: the pieces rank r owns, as ranks+1 ascending
+  // boundaries from 0 to count (piece r = [split[r], split[r+1]), any may be
+  // empty); empty: Partition{count, ranks}. A sharded optimizer passes the
+  // part of its flat shard layout that falls in one bucket.
+  std::vector<int64_t> split;
+
+  int64_t piece_offset(int r) const;
+  int64_t piece_size(int r) const;
 
   // The segments `elements` elements are cut into: ⌈elements·size / segment_bytes⌉,
   // at least 1.

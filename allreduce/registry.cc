@@ -20,7 +20,8 @@ namespace {
 // without its cost form, or whose program's bytes disagree with its form.
 const AllreducerEntry kBuiltin[] = {
     {.name = "ring", .summary = "reduce-scatter + all-gather around a ring, pipelined",
-     .program = &ring_program, .cost = &ring_cost},
+     .program = &ring_program, .cost = &ring_cost,
+     .reduce_scatter = &ring_reduce_scatter_program, .all_gather = &ring_all_gather_program},
     {.name = "tree", .summary = "binary-tree reduce to rank 0 + broadcast, pipelined",
      .program = &tree_program, .cost = &tree_cost},
     {.name = "butterfly", .summary = "recursive doubling: log2 N full-vector swaps",
@@ -28,7 +29,9 @@ const AllreducerEntry kBuiltin[] = {
     {.name = "halving_doubling",
      .summary = "Rabenseifner: recursive-halving reduce-scatter + recursive-doubling all-gather",
      .program = &halving_doubling_program, .needs_nodes = true,
-     .cost = &halving_doubling_cost},
+     .cost = &halving_doubling_cost,
+     .reduce_scatter = &halving_doubling_reduce_scatter_program,
+     .all_gather = &halving_doubling_all_gather_program},
     {.name = "naive", .summary = "all-to-all: every rank sends its vector to every other",
      .program = &naive_program, .needs_nodes = true, .cost = &naive_cost},
     // On one node — all the registry's uniform α-β model sees — it is the
@@ -39,7 +42,8 @@ const AllreducerEntry kBuiltin[] = {
     // Open MPI picks its own schedule; its times are fitted to the ring's
     // form, and the simulator times it as the ring.
     {.name = "mpi", .summary = "MPI_Allreduce of the MPI library (the measured peer)",
-     .make = &make_mpi_allreducer, .needs_mpi = true, .cost = &ring_cost, .timed_as = "ring"},
+     .make = &make_mpi_allreducer, .needs_mpi = true, .cost = &ring_cost, .timed_as = "ring",
+     .make_sharded = &make_mpi_sharded},
     // NCCL's ring on one node: the ring's form.
     {.name = "nccl",
      .summary = "ncclAllReduce on the GPU (device data in place; host buffers copied in and out)",

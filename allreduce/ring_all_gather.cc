@@ -1,4 +1,5 @@
-// ring all-gather — rank r starts with chunk r of Partition{count, N}; at step
+// ring all-gather — rank r starts with chunk r of Partition{count, N} (or the
+// shape's split); at step
 // t (0..N-2) it sends chunk (r-t) mod N to r+1 and receives chunk (r-t-1) mod
 // N from r-1 in place, the chunk it forwards at step t+1. Cost: (N-1) steps;
 // each rank sends and receives (N-1) chunks, (N-1)/N·n bytes up to

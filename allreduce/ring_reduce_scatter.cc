@@ -1,5 +1,5 @@
 // ring reduce-scatter — ranks form a ring r -> r+1 and the vector is cut into
-// N chunks by Partition{count, N}. At step s (0..N-2) rank r sends its running
+// N chunks by Partition{count, N} (or the shape's split). At step s (0..N-2) rank r sends its running
 // partial sum of chunk (r-s-1) mod N to r+1 and adds the partial sum of chunk
 // (r-s-2) mod N arriving from r-1 — the chunk it forwards at step s+1, which
 // is what lets segments stream (the engine forwards a segment as soon as it is

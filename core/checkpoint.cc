@@ -268,6 +268,36 @@ CheckpointFile make_manifest(int64_t step, const Config& config, const JobIdenti
   return m;
 }
 
+std::vector<float> reshard_range(const std::vector<int64_t>& old_bounds, int64_t begin,
+                                 int64_t end,
+                                 const std::function<std::vector<float>(int)>& old_piece) {
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(std::max<int64_t>(0, end - begin)));
+  for (size_t q = 0; q + 1 < old_bounds.size(); ++q) {
+    const int64_t qb = old_bounds[q], qe = old_bounds[q + 1];
+    if (qe <= begin || qb >= end || qb == qe) continue;
+    const std::vector<float> piece = old_piece(static_cast<int>(q));
+    if (static_cast<int64_t>(piece.size()) != qe - qb)
+      throw DataError("resharding: old piece " + std::to_string(q) + " holds " +
+                      std::to_string(piece.size()) + " floats, expected " +
+                      std::to_string(qe - qb));
+    const int64_t from = std::max(begin, qb), to = std::min(end, qe);
+    out.insert(out.end(), piece.begin() + (from - qb), piece.begin() + (to - qb));
+  }
+  if (static_cast<int64_t>(out.size()) != end - begin)
+    throw DataError("resharding: the old pieces cover " + std::to_string(out.size()) + " of the " +
+                    std::to_string(end - begin) + " floats [" + std::to_string(begin) + ", " +
+                    std::to_string(end) + ")");
+  return out;
+}
+
+bool reshards_on_resume(const CheckpointFile& manifest, const Config& config,
+                        const JobIdentity& job) {
+  const std::string grid = manifest.get("grid");
+  return config.get_int("sync.zero") > 0 && job.pp == 1 && job.tp == 1 &&
+         grid.rfind("1 1 ", 0) == 0;
+}
+
 void check_resumable(const CheckpointFile& manifest, const Config& config, const JobIdentity& job,
                      const std::string& where) {
   std::vector<std::string> why;
@@ -276,12 +306,13 @@ void check_resumable(const CheckpointFile& manifest, const Config& config, const
   const std::string keys = config_differences(saved.flat(), config.flat(), "the checkpoint",
                                               "this run", &resume_may_differ);
   if (!keys.empty()) why.push_back("configuration: " + keys);
-  if (manifest.get_int("world_size") != job.world_size)
+  const bool reshards = reshards_on_resume(manifest, config, job);
+  if (manifest.get_int("world_size") != job.world_size && !reshards)
     why.push_back("world size: " + manifest.get("world_size") + " ranks wrote it, this job has " +
                   std::to_string(job.world_size));
   const std::string grid = std::to_string(job.pp) + " " + std::to_string(job.tp) + " " +
                            std::to_string(job.dp) + " " + job.order;
-  if (manifest.get("grid") != grid)
+  if (manifest.get("grid") != grid && !reshards)
     why.push_back("grid (p t d order): '" + manifest.get("grid") + "' in the checkpoint, '" + grid +
                   "' in this run");
   if (config.get_string("optimizer.schedule") != "constant" &&

@@ -27,6 +27,8 @@
 //   <8 bytes: FNV-1a 64 of everything before, little-endian>
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <utility>
@@ -95,6 +97,23 @@ CheckpointFile make_manifest(int64_t step, const Config& config, const JobIdenti
 // this job; `where` names the checkpoint for the message.
 void check_resumable(const CheckpointFile& manifest, const Config& config, const JobIdentity& job,
                      const std::string& where);
+
+// Resharding (a resume onto another data-parallel size): a flat state that
+// old ranks held as pieces — piece q = [old_bounds[q], old_bounds[q+1]),
+// read by old_piece(q) — cut anew: floats [begin, end) of the state, copied
+// from the old pieces that overlap it (each read once, the others not at
+// all). Any layout: a sharded optimizer's Partition pieces, a parameter
+// server's key ranges. DataError when a piece holds the wrong count or the
+// pieces do not cover the range.
+std::vector<float> reshard_range(const std::vector<int64_t>& old_bounds, int64_t begin,
+                                 int64_t end,
+                                 const std::function<std::vector<float>(int)>& old_piece);
+
+// Whether a checkpoint written on another data-parallel size may be resumed
+// by resharding it: a sharded optimizer (sync.zero > 0) under data
+// parallelism alone, in the checkpoint and in this run.
+bool reshards_on_resume(const CheckpointFile& manifest, const Config& config,
+                        const JobIdentity& job);
 
 // "optimizer.lr = 0.05 in A, 0.1 in B; ..." for the keys whose values differ
 // (ignoring those for which `skip(key)` is true); "" when none.

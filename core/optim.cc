@@ -48,22 +48,23 @@ PSAR_OPTIMIZER_KERNEL void sgd_momentum_kernel(float* p, const float* g, float* 
 // SGD with (heavy-ball) momentum: v = μ·v + g;  p -= lr·v.
 class Sgd final : public Optimizer {
  public:
-  Sgd(const OptimizerOptions& o, int64_t size, Device device) : Optimizer(o), device_(device) {
+  Sgd(const OptimizerOptions& o, int64_t size, Device device)
+      : Optimizer(o), device_(device), size_(size) {
     if (o.momentum != 0.0f) velocity_ = Tensor({size}, device);
   }
-  void step(std::span<float> p, std::span<const float> g) override {
+  void step_slice(int64_t offset, std::span<float> p, std::span<const float> g) override {
     PSAR_CHECK(p.size() == g.size(), "sgd: params and grads differ in size");
+    PSAR_CHECK(offset >= 0 && offset + static_cast<int64_t>(p.size()) <= size_, "sgd: slice [",
+               offset, ", ", offset + static_cast<int64_t>(p.size()), ") outside its ", size_,
+               " floats");
     const float lr = this->lr(), mu = options_.momentum, wd = options_.weight_decay;
     const auto n = static_cast<int64_t>(p.size());
-    if (velocity_.numel() == 0) {
+    if (velocity_.numel() == 0)
       update(p.data(), g.data(), n, lr, wd);
-    } else {
-      PSAR_CHECK(velocity_.numel() == n, "sgd: state sized ", velocity_.numel(),
-                 " but step() got ", p.size());
-      update_momentum(p.data(), g.data(), velocity_.data(), n, lr, mu, wd);
-    }
-    ++steps_;
+    else
+      update_momentum(p.data(), g.data(), velocity_.data() + offset, n, lr, mu, wd);
   }
+  int64_t size() const override { return size_; }
   std::vector<std::span<float>> state() override {
     if (velocity_.numel() == 0) return {};
     return {velocity_.span()};
@@ -82,6 +83,7 @@ class Sgd final : public Optimizer {
   }
 
   Device device_;
+  int64_t size_;
   Tensor velocity_;
 };
 
@@ -107,29 +109,34 @@ class Adam final : public Optimizer {
  public:
   Adam(const OptimizerOptions& o, int64_t size, Device device)
       : Optimizer(o), device_(device), m_({size}, device), v_({size}, device) {}
-  void step(std::span<float> p, std::span<const float> g) override {
-    PSAR_CHECK(p.size() == g.size() && static_cast<int64_t>(p.size()) == m_.numel(),
-               "adam: size mismatch");
+  void step_slice(int64_t offset, std::span<float> p, std::span<const float> g) override {
+    PSAR_CHECK(p.size() == g.size() && offset >= 0 &&
+                   offset + static_cast<int64_t>(p.size()) <= m_.numel(),
+               "adam: slice [", offset, ", ", offset + static_cast<int64_t>(p.size()),
+               ") of a state of ", m_.numel(), " floats");
     const float lr = this->lr();
-    ++steps_;
+    const int64_t t = steps_ + 1;  // the step being taken
     const float b1 = options_.beta1, b2 = options_.beta2;
-    const float c1 = 1.0f - static_cast<float>(std::pow(b1, steps_));
-    const float c2 = 1.0f - static_cast<float>(std::pow(b2, steps_));
+    const float c1 = 1.0f - static_cast<float>(std::pow(b1, t));
+    const float c2 = 1.0f - static_cast<float>(std::pow(b2, t));
     // The kernel's pointers are __restrict: the parameters must not overlap the gradient.
     PSAR_CHECK(p.data() + p.size() <= g.data() || g.data() + g.size() <= p.data() || p.empty(),
                "adam: params and grads overlap");
-    update(p.data(), g.data(), static_cast<int64_t>(p.size()), lr, b1, b2, 1.0f / c1, 1.0f / c2);
+    update(offset, p.data(), g.data(), static_cast<int64_t>(p.size()), lr, b1, b2, 1.0f / c1,
+           1.0f / c2);
   }
+  int64_t size() const override { return m_.numel(); }
   std::vector<std::span<float>> state() override { return {m_.span(), v_.span()}; }
   Device device() const override { return device_; }
 
  private:
-  void update(float* p, const float* g, int64_t n, float lr, float b1, float b2, float inv_c1,
-              float inv_c2) {
+  void update(int64_t offset, float* p, const float* g, int64_t n, float lr, float b1, float b2,
+              float inv_c1, float inv_c2) {
     const float eps = options_.eps, wd = options_.weight_decay;
-    PSAR_OPTIMIZER_ON_CUDA(adam, p, g, m_.data(), v_.data(), n, lr, b1, b2, inv_c1, inv_c2, eps,
-                           wd);
-    adam_kernel(p, g, m_.data(), v_.data(), n, lr, b1, b2, inv_c1, inv_c2, eps, wd);
+    float* m = m_.data() + offset;
+    float* v = v_.data() + offset;
+    PSAR_OPTIMIZER_ON_CUDA(adam, p, g, m, v, n, lr, b1, b2, inv_c1, inv_c2, eps, wd);
+    adam_kernel(p, g, m, v, n, lr, b1, b2, inv_c1, inv_c2, eps, wd);
   }
 
   Device device_;
@@ -137,6 +144,13 @@ class Adam final : public Optimizer {
 };
 
 }  // namespace
+
+void Optimizer::step(std::span<float> params, std::span<const float> grads) {
+  PSAR_CHECK(static_cast<int64_t>(params.size()) == size(), "optimizer: step() over ",
+             params.size(), " floats, its state holds ", size());
+  step_slice(0, params, grads);
+  end_step();
+}
 
 float scheduled_lr(const OptimizerOptions& o, int64_t step) {
   if (o.warmup_steps > 0 && step < o.warmup_steps)

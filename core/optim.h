@@ -36,7 +36,15 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   // params -= update(grads); both spans cover the `size` floats given at creation.
-  virtual void step(std::span<float> params, std::span<const float> grads) = 0;
+  void step(std::span<float> params, std::span<const float> grads);
+  // A step taken in slices (a sharded optimizer stepping each bucket's piece
+  // as soon as its gradient is summed, sync/zero_sync.h): step_slice()
+  // updates params and grads against state elements [offset, offset +
+  // params.size()) at the rate and bias correction of the step being taken;
+  // end_step() then counts the step. Slices that cover the state once give
+  // the bits of one step() (every update is elementwise).
+  virtual void step_slice(int64_t offset, std::span<float> params, std::span<const float> grads) = 0;
+  void end_step() { ++steps_; }
   int64_t steps() const { return steps_; }
 
   // What a checkpoint saves and restores: the step count (it sets the
@@ -53,6 +61,8 @@ class Optimizer {
   explicit Optimizer(const OptimizerOptions& options) : options_(options) {}
   // The rate for the step being taken now.
   float lr() const { return scheduled_lr(options_, steps_); }
+  // The state elements this optimizer was created for.
+  virtual int64_t size() const = 0;
 
   OptimizerOptions options_;
   int64_t steps_ = 0;

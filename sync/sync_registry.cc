@@ -5,6 +5,7 @@
 #include "sync/allreduce_sync.h"
 #include "sync/gradient_sync.h"
 #include "sync/ps_sync.h"
+#include "sync/zero_sync.h"
 
 namespace psar {
 
@@ -58,6 +59,7 @@ SyncCapabilities sync_capabilities(const std::string& name, const Config& config
       caps = {e.server_ranks(config), e.model_parallel};
       drops_workers = e.drops_workers;
     }
+  zero_stage(config, name);  // sync.zero's refusals, before anything is built
   if (config.get_string("ps.on_worker_failure") == "continue" && !drops_workers)
     throw ConfigError("ps.on_worker_failure: continue needs sync.backend ps; " + name +
                       " is an allreduce, a collective in which every rank's result waits for "
@@ -77,7 +79,8 @@ SyncSetup make_gradient_sync(const std::string& name, SyncInit& init) {
     if (name == e.name) return e.make(init);
   const auto algos = allreducer_names(/*include_device=*/true);
   if (std::find(algos.begin(), algos.end(), name) != algos.end())
-    return make_allreduce_sync(name, init);
+    return zero_stage(init.config, name) > 0 ? make_zero_sync(name, init)
+                                              : make_allreduce_sync(name, init);
   std::string known;
   for (const auto& n : sync_names()) known += (known.empty() ? "" : ", ") + n;
   throw ConfigError("sync.backend: unknown backend '" + name + "' (known: " + known + ")");

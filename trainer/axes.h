@@ -41,6 +41,11 @@ struct AxisRow {
   int64_t dp_floats = 0, dp_floats_formula = 0, dp_bytes_sent = 0;
   double dp_s = 0;
   int64_t tp_gather_floats_formula = 0;  // the all-gathers' floats: tp.all_gather_floats
+  // Training state this rank holds allocated after the step, in bytes: the
+  // parameter arena, the gradient arena, the optimizer's state buffers (a
+  // sharded optimizer's piece only, sync/zero_sync.h; none on a
+  // parameter server's worker).
+  int64_t params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
 };
 
 // The rows of axes.csv and, when t > 1, tp.csv (the tensor-parallel columns

@@ -104,7 +104,7 @@ Schema build() {
   s.add({"sync.nccl_algo", T::kString, "auto", "nccl: NCCL_ALGO of the communicator (auto: NCCL's choice or the environment's)", {"auto", "ring", "tree"}});
   s.add({"sync.nccl_proto", T::kString, "auto", "nccl: NCCL_PROTO of the communicator (auto: NCCL's choice or the environment's)", {"auto", "LL", "LL128", "Simple"}});
   s.add({"sync.tuning", T::kString, "", "sync.backend auto: the tuning table psar tune wrote (CSV ranks,algo,bytes,time_us)"});
-  s.add({"sync.zero", T::kInt, "0", "ZeRO stage of an allreduce backend with reduce-scatter and all-gather (ring, halving_doubling, mpi): 1 optimizer state sharded over the data-parallel group, 2 gradients reduce-scattered per bucket too (with sync.overlap); docs/zero.md"});
+  s.add({"sync.zero", T::kInt, "0", "ZeRO stage of an allreduce backend with reduce-scatter and all-gather (ring, halving_doubling, mpi): 1 optimizer state sharded over the data-parallel group, 2 each gradient bucket reduce-scattered, stepped and all-gathered as the backward finishes it (with sync.overlap); docs/zero.md"});
   s.add({"sync.overlap", T::kBool, "false", "sync gradient buckets on a communication thread while the backward runs (false: one sync after the backward)"});
   s.add({"sync.bucket_bytes", T::kBytes, "1M", "overlap: gradients are synced in buckets of this size (a bucket splits a tensor only when the tensor alone is larger)"});
   s.add({"sync.priority", T::kString, "fifo", "overlap: order of the buckets on the wire (front_first: earlier layers first, in chunks of sync.priority_chunk_bytes)", {"fifo", "front_first"}});

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <numeric>
 
 #include "allreduce/allreducer.h"
+#include "allreduce/partition.h"
 #include "allreduce/staged.h"
 #include "comm/netem.h"
 #include "core/device.h"
@@ -255,6 +257,55 @@ void restore_rank(const CheckpointFile& f, int rank, const GridCoord& coord, int
   model.set_batches_seen(static_cast<uint64_t>(f.get_int("model_batches_seen")));
 }
 
+// The bytes of the optimizer state this rank keeps (its buffers' sizes).
+int64_t optimizer_state_bytes(GradientSync& sync) {
+  int64_t bytes = 0;
+  if (Optimizer* opt = sync.optimizer())
+    for (const auto& b : opt->state()) bytes += static_cast<int64_t>(b.size_bytes());
+  return bytes;
+}
+
+// A checkpoint written by `old_n` data-parallel ranks, resumed by rank
+// `rank` of `n` (reshards_on_resume): the parameters (replicated), the
+// step's counters and the model's RNG from old rank 0's file, the optimizer
+// state resharded from the old ranks' pieces (core/checkpoint.h).
+void restore_resharded(const std::string& dir, int old_n, int rank, int n, int64_t step,
+                       ParamStore& store, GradientSync& sync, Model& model) {
+  std::map<int, CheckpointFile> files;
+  auto file = [&](int q) -> const CheckpointFile& {
+    auto it = files.find(q);
+    if (it == files.end()) it = files.emplace(q, CheckpointFile::read(rank_checkpoint_path(dir, q))).first;
+    return it->second;
+  };
+  const CheckpointFile& first = file(0);
+  if (first.get_int("step") != step || first.get_int("params") != static_cast<int64_t>(store.size()))
+    throw DataError("checkpoint file '" + first.origin() + "' holds step " + first.get("step") +
+                    " and " + first.get("params") + " parameters; expected step " +
+                    std::to_string(step) + " and " + std::to_string(store.size()));
+  const auto params = first.blob("params");
+  std::copy(params.begin(), params.end(), store.params().begin());
+  model.set_batches_seen(static_cast<uint64_t>(first.get_int("model_batches_seen")));
+  Optimizer* opt = sync.optimizer();
+  if (!opt) return;
+  opt->set_steps(first.get_int("optimizer_steps"));
+  const auto state = opt->state();
+  for (size_t b = 0; b < state.size(); ++b) {
+    const std::string name = "optimizer." + std::to_string(b);
+    const Partition before{static_cast<int64_t>(store.size()), old_n},
+        after{static_cast<int64_t>(store.size()), n};
+    std::vector<int64_t> bounds;
+    for (int q = 0; q <= old_n; ++q) bounds.push_back(q == old_n ? before.count : before.offset(q));
+    const auto piece = reshard_range(bounds, after.offset(rank), after.offset(rank) + after.size(rank),
+                                     [&](int q) {
+                                       const auto saved = file(q).blob(name);
+                                       return std::vector<float>(saved.begin(), saved.end());
+                                     });
+    PSAR_CHECK(piece.size() == state[b].size(), "resharded optimizer state ", b, " holds ",
+               piece.size(), " floats, the optimizer ", state[b].size());
+    std::copy(piece.begin(), piece.end(), state[b].begin());
+  }
+}
+
 // train.device, checked against this build, this machine and what runs on a
 // CUDA device so far (docs/gpu.md): the MLP, the GPT and the CNN, one pipeline stage,
 // tensor parallelism with the column_row split, no checkpoints, an allreduce
@@ -483,10 +534,16 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   result.workers = d;
   result.first_step = first_step;
   const Stopwatch restore_clock;
-  if (first_step >= 0)
-    restore_rank(CheckpointFile::read(rank_checkpoint_path(
-                     checkpoint_dir(options.resume_from, first_step), workers.rank())),
-                 workers.rank(), grid->coord(), first_step, store, sync, *model);
+  if (first_step >= 0) {
+    const std::string dir = checkpoint_dir(options.resume_from, first_step);
+    const auto old_world = CheckpointFile::read(manifest_path(dir)).get_int("world_size");
+    if (old_world != world.size())  // check_resumable allowed it: resharding
+      restore_resharded(dir, static_cast<int>(old_world), workers.rank(), workers.size(),
+                        first_step, store, sync, *model);
+    else
+      restore_rank(CheckpointFile::read(rank_checkpoint_path(dir, workers.rank())),
+                   workers.rank(), grid->coord(), first_step, store, sync, *model);
+  }
   const double restore_s = workers.allreduce_max(restore_clock.seconds());
   begin_run_files(workers, config, options.out_dir);
 
@@ -647,6 +704,9 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     axis.dp_bytes_sent = sync1.bytes_sent - sync0.bytes_sent + hybrid_bytes;
     axis.tp_gather_floats_formula = gather_formula;
     axis.dp_s = sync_s;
+    axis.params_bytes = static_cast<int64_t>(store.params().size_bytes());
+    axis.grads_bytes = static_cast<int64_t>(store.grads().size_bytes());
+    axis.optimizer_bytes = optimizer_state_bytes(sync);
     log.add(
         {step + 1, static_cast<double>(step + 1) / plan.steps_per_epoch, loss, step_s,
          run.compute_s, sync_s,

@@ -153,6 +153,7 @@ FOLDERS = {
     "hybrid_cnn": script("hybrid_cnn"),
     "hybrid_cnn_crossover": script("hybrid_cnn"),
     "collective_engine": folder_script("table.py", ["data", "922cf5b", "f721acc"], "table.md"),
+    "zero": script("zero"),
 }
 
 PROVENANCE = re.compile(re.escape(runner.PROVENANCE_BEGIN) + r"\n(.*?)" +

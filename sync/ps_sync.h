@@ -36,6 +36,7 @@ class PsSync final : public GradientSync {
   void wait_sent() override;
   // Payload floats this worker pushed (sent) and pulled (received), in bytes.
   CommCounters counters() const override;
+  int averaged() const override;
   const ps::PsCounters& client_counters() const { return rank_.client->counters(); }
   // The co-located shard's traffic (zero with dedicated servers).
   ps::PsCounters server_counters() const;

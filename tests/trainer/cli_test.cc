@@ -78,7 +78,7 @@ TEST_F(Cli, AGoodConfigRunsAndWritesItsFiles) {
   std::getline(in, header);
   EXPECT_EQ(header,
             "rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages,"
-            "exposed_sync_s,injected_s,pushes_dropped");
+            "exposed_sync_s,injected_s,pushes_dropped,workers");
   std::ifstream summary(dir_ / "run" / "summary.csv");
   std::getline(summary, header);
   std::string row;

@@ -174,6 +174,7 @@ def measure(args):
     path = os.path.join(data, "runs.csv")
     rows = [r for r in args.rows.split(",") if r] if args.rows else list(ROWS)
     before = runner.machine_state()
+    start = time.monotonic()
     new = not os.path.exists(path)
     with open(path, "a", newline="") as f:
         w = csv.DictWriter(f, FIELDS)
@@ -184,6 +185,10 @@ def measure(args):
                 for backend in (args.columns.split(",") if args.columns else COLUMNS):
                     if row == "fail_ckpt500" and backend in PS_BACKENDS:
                         continue  # no checkpoints on the PS side: fail_ckpt10's runs
+                    if args.budget_s and time.monotonic() - start > args.budget_s:
+                        print(f"where_ps_wins: --budget-s {args.budget_s} spent; "
+                              f"{row} {backend} rep {rep} and what follows not run")
+                        break
                     run_dir = os.path.join(args.out, "runs", f"{row}_{backend}_{rep}")
                     try:
                         fields = one(args.psar, row, backend, run_dir)
@@ -269,6 +274,9 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rows", default="", help="comma-separated rows (default: all)")
     ap.add_argument("--columns", default="", help="comma-separated backends (default: all)")
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="start no run after this many seconds (0: no limit); the table counts "
+                         "the runs each cell got")
     ap.add_argument("--out", help="default: runs/where_ps_wins, or results/where_ps_wins "
                                   "with --reference")
     runner.add_output_flags(ap)

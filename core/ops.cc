@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <string>
 
 #include "core/device.h"
 #include "core/errors.h"
@@ -249,14 +248,9 @@ void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64
   dropout_forward(dinp, dout, n, p, seed, stream, first);  // same mask, same scale
 }
 
-// ---- convolution and pooling (CPU only: the CUDA build refuses model.type cnn) ----
+// ---- convolution and pooling --------------------------------------------------------
 
 namespace {
-void host_only(const char* op) {
-  if (current_device() != Device::kCpu)
-    throw ConfigError(std::string(op) + " is not supported on cuda (train.device: cpu)");
-}
-
 // cols [C_in·K·K, H_out·W_out] of one image [C_in, H, W]; padding reads 0.
 void im2col(float* cols, const float* img, const Conv2dShape& s) {
   const int64_t Ho = s.H_out(), Wo = s.W_out();
@@ -299,7 +293,7 @@ void col2im(float* img, const float* cols, const Conv2dShape& s) {
 
 void conv2d_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int64_t N, const Conv2dShape& s, float* cols) {
-  host_only("conv2d_forward");
+  PSAR_ON_CUDA(conv2d_forward, out, inp, weight, bias, N, s, cols);
   const int64_t P = s.col_cols(), R = s.col_rows();
   for (int64_t n = 0; n < N; ++n) {
     float* o = out + n * s.C_out * P;
@@ -312,7 +306,7 @@ void conv2d_forward(float* out, const float* inp, const float* weight, const flo
 
 void conv2d_backward_input(float* dinp, const float* dout, const float* weight, int64_t N,
                            const Conv2dShape& s, float* cols) {
-  host_only("conv2d_backward_input");
+  PSAR_ON_CUDA(conv2d_backward_input, dinp, dout, weight, N, s, cols);
   const int64_t P = s.col_cols(), R = s.col_rows();
   for (int64_t n = 0; n < N; ++n) {
     // dcols [R, P] = weightᵀ [R, C_out] · dout_n [C_out, P]
@@ -323,7 +317,7 @@ void conv2d_backward_input(float* dinp, const float* dout, const float* weight, 
 
 void conv2d_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                             int64_t N, const Conv2dShape& s, float* cols) {
-  host_only("conv2d_backward_weight");
+  PSAR_ON_CUDA(conv2d_backward_weight, dweight, dbias, dout, inp, N, s, cols);
   const int64_t P = s.col_cols(), R = s.col_rows();
   for (int64_t n = 0; n < N; ++n) {
     const float* d = dout + n * s.C_out * P;
@@ -339,39 +333,27 @@ void conv2d_backward_weight(float* dweight, float* dbias, const float* dout, con
   }
 }
 
-namespace {
-// The index in [H, W] of the first maximum of window (i, j).
-int64_t window_argmax(const float* img, int64_t W, int64_t P, int64_t i, int64_t j) {
-  int64_t best = i * P * W + j * P;
-  for (int64_t a = 0; a < P; ++a)
-    for (int64_t b = 0; b < P; ++b) {
-      const int64_t k = (i * P + a) * W + j * P + b;
-      if (img[k] > img[best]) best = k;
-    }
-  return best;
-}
-}  // namespace
-
 void maxpool2d_forward(float* out, const float* inp, int64_t NC, int64_t H, int64_t W, int64_t P) {
-  host_only("maxpool2d_forward");
+  PSAR_ON_CUDA(maxpool2d_forward, out, inp, NC, H, W, P);
   const int64_t Ho = H / P, Wo = W / P;
   for (int64_t c = 0; c < NC; ++c) {
     const float* img = inp + c * H * W;
     for (int64_t i = 0; i < Ho; ++i)
-      for (int64_t j = 0; j < Wo; ++j) out[(c * Ho + i) * Wo + j] = img[window_argmax(img, W, P, i, j)];
+      for (int64_t j = 0; j < Wo; ++j)
+        out[(c * Ho + i) * Wo + j] = img[pool_window_argmax(img, W, P, i, j)];
   }
 }
 
 void maxpool2d_backward(float* dinp, const float* dout, const float* inp, int64_t NC, int64_t H,
                         int64_t W, int64_t P) {
-  host_only("maxpool2d_backward");
+  PSAR_ON_CUDA(maxpool2d_backward, dinp, dout, inp, NC, H, W, P);
   const int64_t Ho = H / P, Wo = W / P;
   std::fill_n(dinp, NC * H * W, 0.0f);
   for (int64_t c = 0; c < NC; ++c) {
     const float* img = inp + c * H * W;
     for (int64_t i = 0; i < Ho; ++i)
       for (int64_t j = 0; j < Wo; ++j)
-        dinp[c * H * W + window_argmax(img, W, P, i, j)] += dout[(c * Ho + i) * Wo + j];
+        dinp[c * H * W + pool_window_argmax(img, W, P, i, j)] += dout[(c * Ho + i) * Wo + j];
   }
 }
 

@@ -56,6 +56,18 @@ void conv2d_backward_weight(float* dweight, float* dbias, const float* dout, con
 
 // ---- 2-D max pooling: P×P windows at stride P (rows and columns past the last
 // whole window are dropped, as PyTorch's floor mode) --------------------------------
+// The index in [H, W] of the first maximum of window (i, j) of img [H, W]:
+// the CPU and the CUDA pooling share it (constexpr, so device code may call it).
+constexpr int64_t pool_window_argmax(const float* img, int64_t W, int64_t P, int64_t i,
+                                     int64_t j) {
+  int64_t best = i * P * W + j * P;
+  for (int64_t a = 0; a < P; ++a)
+    for (int64_t b = 0; b < P; ++b) {
+      const int64_t k = (i * P + a) * W + j * P + b;
+      if (img[k] > img[best]) best = k;
+    }
+  return best;
+}
 // inp: [NC, H, W] (NC = images · channels)  out: [NC, H/P, W/P]
 void maxpool2d_forward(float* out, const float* inp, int64_t NC, int64_t H, int64_t W, int64_t P);
 // dinp [NC, H, W] (overwritten): each window's gradient goes to its maximum

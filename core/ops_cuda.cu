@@ -282,6 +282,96 @@ __global__ void count_correct_kernel(const float* logits, const int32_t* targets
   if (threadIdx.x == 0) correct[b] = static_cast<int64_t>(shared[0]) == targets[b] ? 1 : 0;
 }
 
+// ---- convolution (im2col + cuBLAS) and max pooling -----------------------------------------
+// The shape of core/ops.h's Conv2dShape with its derived sizes, as plain
+// values a kernel can read.
+struct ConvDims {
+  int64_t C_in, H, W, K, stride, pad, H_out, W_out;
+  explicit ConvDims(const Conv2dShape& s)
+      : C_in(s.C_in), H(s.H), W(s.W), K(s.K), stride(s.stride), pad(s.pad), H_out(s.H_out()),
+        W_out(s.W_out()) {}
+};
+
+// cols [C_in·K·K, H_out·W_out] of one image [C_in, H, W]; padding reads 0.
+// One thread per entry of cols: neighbouring threads write neighbouring
+// columns of a row.
+__global__ void im2col_kernel(float* cols, const float* img, ConvDims d) {
+  const int64_t P = d.H_out * d.W_out;
+  PSAR_GRID_LOOP(idx, d.C_in * d.K * d.K * P) {
+    const int64_t r = idx / P, p = idx % P;
+    const int64_t i = p / d.W_out, j = p % d.W_out;
+    const int64_t kj = r % d.K, ki = (r / d.K) % d.K, c = r / (d.K * d.K);
+    const int64_t y = i * d.stride - d.pad + ki, x = j * d.stride - d.pad + kj;
+    cols[idx] = (y >= 0 && y < d.H && x >= 0 && x < d.W) ? img[(c * d.H + y) * d.W + x] : 0.0f;
+  }
+}
+
+// The adjoint of im2col as a gather: one thread per pixel of img [C_in, H, W]
+// sums the entries of cols that im2col copied from it, in the CPU's order
+// (ki, then kj), so no two threads write one element.
+__global__ void col2im_kernel(float* img, const float* cols, ConvDims d) {
+  const int64_t P = d.H_out * d.W_out;
+  PSAR_GRID_LOOP(idx, d.C_in * d.H * d.W) {
+    const int64_t x = idx % d.W, y = (idx / d.W) % d.H, c = idx / (d.H * d.W);
+    float sum = 0.0f;
+    for (int64_t ki = 0; ki < d.K; ++ki) {
+      const int64_t ty = y + d.pad - ki;  // = i·stride for the output row i that reads y
+      if (ty < 0 || ty % d.stride != 0 || ty / d.stride >= d.H_out) continue;
+      for (int64_t kj = 0; kj < d.K; ++kj) {
+        const int64_t tx = x + d.pad - kj;
+        if (tx < 0 || tx % d.stride != 0 || tx / d.stride >= d.W_out) continue;
+        sum += cols[((c * d.K + ki) * d.K + kj) * P + (ty / d.stride) * d.W_out + tx / d.stride];
+      }
+    }
+    img[idx] = sum;
+  }
+}
+
+// out [N, C_out, P] = bias[c] on every pixel of channel c.
+__global__ void channel_fill_kernel(float* out, const float* bias, int64_t C_out, int64_t P,
+                                    int64_t n) {
+  PSAR_GRID_LOOP(idx, n) out[idx] = bias[(idx / P) % C_out];
+}
+
+// dbias[c] += Σ_n Σ_p dout[n, c, p]: one block per channel, summed in double.
+__global__ void channel_sum_kernel(float* dbias, const float* dout, int64_t N, int64_t C_out,
+                                   int64_t P) {
+  __shared__ double shared[kThreads];
+  const int64_t c = blockIdx.x;
+  double s = 0.0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t p = threadIdx.x; p < P; p += kThreads) s += dout[(n * C_out + c) * P + p];
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) dbias[c] += static_cast<float>(s);
+}
+
+// One thread per output element [NC, H/P, W/P].
+__global__ void maxpool_forward_kernel(float* out, const float* inp, int64_t NC, int64_t H,
+                                       int64_t W, int64_t P) {
+  const int64_t Ho = H / P, Wo = W / P;
+  PSAR_GRID_LOOP(idx, NC * Ho * Wo) {
+    const int64_t j = idx % Wo, i = (idx / Wo) % Ho, c = idx / (Ho * Wo);
+    const float* img = inp + c * H * W;
+    out[idx] = img[pool_window_argmax(img, W, P, i, j)];
+  }
+}
+
+// One thread per input element [NC, H, W]: the windows do not overlap, so a
+// pixel gets its window's gradient iff it is the window's first maximum, else
+// 0 (also past the last whole window). 0.0f + g: the CPU's bits, -0 included.
+__global__ void maxpool_backward_kernel(float* dinp, const float* dout, const float* inp,
+                                        int64_t NC, int64_t H, int64_t W, int64_t P) {
+  const int64_t Ho = H / P, Wo = W / P;
+  PSAR_GRID_LOOP(idx, NC * H * W) {
+    const int64_t x = idx % W, y = (idx / W) % H, c = idx / (H * W);
+    const int64_t i = y / P, j = x / P;
+    float g = 0.0f;
+    if (i < Ho && j < Wo && pool_window_argmax(inp + c * H * W, W, P, i, j) == y * W + x)
+      g += dout[(c * Ho + i) * Wo + j];
+    dinp[idx] = g;
+  }
+}
+
 // ---- optimizers ---------------------------------------------------------------------------
 __global__ void sgd_kernel(float* p, const float* g, int64_t n, float lr, float wd) {
   PSAR_GRID_LOOP(i, n) p[i] -= lr * (g[i] + wd * p[i]);
@@ -472,6 +562,66 @@ int64_t count_correct(const float* logits, const int32_t* targets, int64_t B, in
   int64_t correct = 0;
   for (int c : host) correct += c;
   return correct;
+}
+
+// ---- convolution: per image, im2col (or col2im) and one cuBLAS GEMM, as on the CPU --------
+
+void conv2d_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t N, const Conv2dShape& s, float* cols) {
+  const int64_t P = s.col_cols(), R = s.col_rows(), image = s.C_in * s.H * s.W;
+  if (N == 0 || s.C_out * P == 0) return;
+  const ConvDims d(s);
+  if (bias) {
+    channel_fill_kernel<<<blocks_for(N * s.C_out * P), kThreads>>>(out, bias, s.C_out, P,
+                                                                   N * s.C_out * P);
+    check_launch("channel_fill_kernel");
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    im2col_kernel<<<blocks_for(R * P), kThreads>>>(cols, inp + n * image, d);
+    check_launch("im2col_kernel");
+    // out_n [C_out, P] = weight [C_out, R] · cols [R, P] (+ the bias filled above)
+    gemm(false, false, s.C_out, P, R, 1.0f, weight, R, cols, P, bias ? 1.0f : 0.0f,
+         out + n * s.C_out * P, P);
+  }
+}
+
+void conv2d_backward_input(float* dinp, const float* dout, const float* weight, int64_t N,
+                           const Conv2dShape& s, float* cols) {
+  const int64_t P = s.col_cols(), R = s.col_rows(), image = s.C_in * s.H * s.W;
+  if (N == 0 || image == 0) return;
+  const ConvDims d(s);
+  for (int64_t n = 0; n < N; ++n) {
+    // dcols [R, P] = weightᵀ [R, C_out] · dout_n [C_out, P]
+    gemm(true, false, R, P, s.C_out, 1.0f, weight, R, dout + n * s.C_out * P, P, 0.0f, cols, P);
+    col2im_kernel<<<blocks_for(image), kThreads>>>(dinp + n * image, cols, d);
+    check_launch("col2im_kernel");
+  }
+}
+
+void conv2d_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                            int64_t N, const Conv2dShape& s, float* cols) {
+  const int64_t P = s.col_cols(), R = s.col_rows(), image = s.C_in * s.H * s.W;
+  if (N == 0 || s.C_out == 0) return;
+  const ConvDims d(s);
+  for (int64_t n = 0; n < N; ++n) {
+    im2col_kernel<<<blocks_for(R * P), kThreads>>>(cols, inp + n * image, d);
+    check_launch("im2col_kernel");
+    // dweight [C_out, R] += dout_n [C_out, P] · colsᵀ [P, R]
+    gemm(false, true, s.C_out, R, P, 1.0f, dout + n * s.C_out * P, P, cols, P, 1.0f, dweight, R);
+  }
+  if (dbias) {
+    channel_sum_kernel<<<static_cast<unsigned>(s.C_out), kThreads>>>(dbias, dout, N, s.C_out, P);
+    check_launch("channel_sum_kernel");
+  }
+}
+
+void maxpool2d_forward(float* out, const float* inp, int64_t NC, int64_t H, int64_t W, int64_t P) {
+  PSAR_ELEMENTWISE(maxpool_forward_kernel, NC * (H / P) * (W / P), out, inp, NC, H, W, P);
+}
+
+void maxpool2d_backward(float* dinp, const float* dout, const float* inp, int64_t NC, int64_t H,
+                        int64_t W, int64_t P) {
+  PSAR_ELEMENTWISE(maxpool_backward_kernel, NC * H * W, dinp, dout, inp, NC, H, W, P);
 }
 
 void sgd(float* p, const float* g, int64_t n, float lr, float wd) {

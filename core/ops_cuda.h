@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "core/ops.h"
+
 namespace psar::ops::cuda {
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -15,6 +17,15 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
                     int64_t B, int64_t C_in, int64_t C_out);
 void linear_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                             int64_t B, int64_t C_in, int64_t C_out);
+void conv2d_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t N, const Conv2dShape& s, float* cols);
+void conv2d_backward_input(float* dinp, const float* dout, const float* weight, int64_t N,
+                           const Conv2dShape& s, float* cols);
+void conv2d_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                            int64_t N, const Conv2dShape& s, float* cols);
+void maxpool2d_forward(float* out, const float* inp, int64_t NC, int64_t H, int64_t W, int64_t P);
+void maxpool2d_backward(float* dinp, const float* dout, const float* inp, int64_t NC, int64_t H,
+                        int64_t W, int64_t P);
 void relu_forward(float* out, const float* inp, int64_t n);
 void relu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
 void gelu_forward(float* out, const float* inp, int64_t n);

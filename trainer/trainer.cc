@@ -240,7 +240,7 @@ void restore_rank(const CheckpointFile& f, int rank, const GridCoord& coord, int
 }
 
 // train.device, checked against this build, this machine and what runs on a
-// CUDA device so far (docs/gpu.md): the MLP and the GPT, one pipeline stage,
+// CUDA device so far (docs/gpu.md): the MLP, the GPT and the CNN, one pipeline stage,
 // tensor parallelism with the column_row split, no checkpoints, an allreduce
 // backend. A ConfigError names the key.
 Device training_device(const Config& config, const Parallel& par, const std::string& sync_name,
@@ -252,7 +252,8 @@ Device training_device(const Config& config, const Parallel& par, const std::str
     throw ConfigError("train.device: cuda does not run " + what + " yet (docs/gpu.md)");
   };
   const std::string model = config.get_string("model.type");
-  if (model != "mlp" && model != "gpt") refuse("model.type " + model + " (mlp and gpt do)");
+  if (model != "mlp" && model != "gpt" && model != "cnn")
+    refuse("model.type " + model + " (mlp, gpt and cnn do)");
   if (par.p > 1) refuse("pipeline parallelism (parallel.pp must be 1)");
   if (par.t > 1 && config.get_string("parallel.tp_split") != "column_row")
     refuse("parallel.tp_split " + config.get_string("parallel.tp_split") + " (column_row does)");
@@ -341,6 +342,9 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
       throw ConfigError("sync.overlap: parallel.hybrid syncs the conv gradients after the "
                         "backward only; set sync.overlap: false");
     hybrid_dp = make_allreducer(sync_name, allreduce_options(config));
+    // On a CUDA device a host algorithm reduces a copy in pinned host memory.
+    if (device != Device::kCpu && !find_allreducer(sync_name).device)
+      hybrid_dp = stage_through_host(std::move(hybrid_dp));
   }
   const int grid_t = par.hybrid ? trainers : par.t;
   const GridShape shape = make_grid_shape(trainers, grid_t, par.p, par.order);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/device.h"
 #include "core/errors.h"
 #include "modelpar/tp/conjugate.h"
 
@@ -16,12 +17,12 @@ using psar::detail::concat;
 // (after the pool; empty without one), their gradients dpre and dout (of the
 // stage's output). FC side, on all b rows: feat [b, F] (gathered), per layer
 // pre, act and dpre on this rank's columns, dh the input gradient between two
-// layers, dfeat [b, F].
+// layers, dfeat [b, F]. All of it on the model's device.
 struct Cnn::Stash final : pp::Activations {
-  std::vector<float> x;
-  std::vector<std::vector<float>> pre, act, pooled, dpre, dact, dout;
-  std::vector<float> feat, dfeat, dh;
-  std::vector<std::vector<float>> fc_pre, fc_act, fc_dpre;
+  Buffer x;
+  std::vector<Buffer> pre, act, pooled, dpre, dact, dout;
+  Buffer feat, dfeat, dh;
+  std::vector<Buffer> fc_pre, fc_act, fc_dpre;
 
   int64_t bytes() const override {
     size_t n = x.size() + feat.size() + dfeat.size() + dh.size();
@@ -30,7 +31,7 @@ struct Cnn::Stash final : pp::Activations {
     return static_cast<int64_t>(n * sizeof(float));
   }
   // The output of conv stage s: pooled, or act without a pool.
-  const std::vector<float>& stage_out(size_t s) const {
+  const Buffer& stage_out(size_t s) const {
     return pooled[s].empty() ? act[s] : pooled[s];
   }
 };
@@ -154,15 +155,11 @@ void Cnn::declare(ParamStore& store, int) {
 }
 
 void Cnn::bind(ParamStore& store) {
-  if (store.device() != Device::kCpu)
-    throw ConfigError("model.type cnn is not supported on cuda (train.device: cpu)");
   store_ = &store;
+  device_ = store.device();
   params_->initialize(store, o_.seed);
   for (Fc& fc : fcs_)
     if (fc.tp) fc.tp->bind(store);
-  int64_t cols = 0;
-  for (const Stage& st : stages_) cols = std::max(cols, st.conv.col_rows() * st.conv.col_cols());
-  cols_.assign(static_cast<size_t>(cols), 0.0f);
 }
 
 void Cnn::set_batch(const Batch& batch) {
@@ -177,16 +174,23 @@ void Cnn::set_batch(const Batch& batch) {
                              " rows (train.batch_size / parallel.microbatches) cannot be split "
                              "over the ", tp_->size(), " ranks' convolutions"));
   batch_ = &batch;
+  staged_.load(batch, device_);
   loss_ = 0;
 }
 
 namespace {
-void sized(std::vector<float>& v, int64_t n) { v.resize(static_cast<size_t>(n)); }
-void sized_list(std::vector<std::vector<float>>& list, size_t count) { list.resize(count); }
+// An empty buffer stays unallocated (a stage without a pool has no pooled output).
+void sized(Buffer& v, int64_t n) {
+  if (n > 0 || !v.empty()) v.resize(static_cast<size_t>(n));
+}
+void sized_list(std::vector<Buffer>& list, size_t count) { list.resize(count); }
 }  // namespace
 
 void Cnn::conv_forward(Stash& s, const float* x, int64_t rows) {
   const size_t S = stages_.size();
+  int64_t cols = 0;
+  for (const Stage& st : stages_) cols = std::max(cols, st.conv.col_rows() * st.conv.col_cols());
+  sized(cols_, cols);
   sized_list(s.pre, S), sized_list(s.act, S), sized_list(s.pooled, S);
   const float* in = x;
   for (size_t j = 0; j < S; ++j) {
@@ -202,7 +206,7 @@ void Cnn::conv_forward(Stash& s, const float* x, int64_t rows) {
       ops::maxpool2d_forward(s.pooled[j].data(), s.act[j].data(), rows * st.conv.C_out,
                              st.conv.H_out(), st.conv.W_out(), st.pool);
     } else {
-      s.pooled[j].clear();
+      sized(s.pooled[j], 0);
     }
     in = s.stage_out(j).data();
   }
@@ -239,13 +243,13 @@ void Cnn::forward(int, int i, pp::Activations& a, std::span<const float>, std::s
   const int64_t chw = o_.channels * o_.height * o_.width;
   const int64_t first = i * b + (o_.hybrid ? rank() * bl : 0);
   sized(s.x, bl * chw);
-  std::copy_n(batch_->inputs.data() + first * chw, bl * chw, s.x.data());
+  ops::copy(s.x.data(), staged_.inputs() + first * chw, bl * chw);
   conv_forward(s, s.x.data(), bl);
   // The features of all b rows: this rank's block, then (hybrid) the all-gather.
   sized(s.feat, b * F);
   const auto& mine = s.stage_out(stages_.size() - 1);
-  std::copy_n(mine.data(), bl * F, s.feat.data() + (o_.hybrid ? rank() * bl * F : 0));
-  if (o_.hybrid) tp_->all_gather(s.feat);
+  ops::copy(s.feat.data() + (o_.hybrid ? rank() * bl * F : 0), mine.data(), bl * F);
+  if (o_.hybrid) all_gather_features(s.feat);
   fc_forward(s, b);
   // Everything the backward fills, sized now (one allocation per micro-batch).
   sized_list(s.fc_dpre, fcs_.size());
@@ -264,7 +268,7 @@ void Cnn::forward(int, int i, pp::Activations& a, std::span<const float>, std::s
   // The loss of the micro-batch's b rows (every rank holds the whole logits),
   // and the backward's start: (1/m)·∂(mean loss)/∂logits.
   const float scale = 1.0f / static_cast<float>(layout_.microbatches);
-  loss_ += ops::softmax_cross_entropy(s.fc_pre.back().data(), batch_->targets.data() + i * b, b,
+  loss_ += ops::softmax_cross_entropy(s.fc_pre.back().data(), staged_.targets() + i * b, b,
                                       o_.classes, s.fc_dpre.back().data(), scale) *
            scale;
 }
@@ -290,7 +294,7 @@ void Cnn::backward_input(int, int, pp::Activations& a, std::span<const float>, s
   // of the slice's own mean loss (the data-parallel sync averages).
   const size_t S = stages_.size();
   const float* mine = s.dfeat.data() + (o_.hybrid ? rank() * bl * F : 0);
-  std::copy_n(mine, bl * F, s.dout[S - 1].data());
+  ops::copy(s.dout[S - 1].data(), mine, bl * F);
   if (o_.hybrid) ops::scale(s.dout[S - 1].data(), static_cast<float>(tp_->size()), bl * F);
   for (size_t j = S; j-- > 0;) {
     const Stage& st = stages_[j];
@@ -355,16 +359,33 @@ EvalStats Cnn::eval_forward(int, const Batch& batch, std::span<const float>, std
   // training, tensor-parallel under hybrid.
   Stash s;
   const int64_t rows = batch.size;
-  conv_forward(s, batch.inputs.data(), rows);
-  s.feat = s.stage_out(stages_.size() - 1);
+  eval_staged_.load(batch, device_);
+  conv_forward(s, eval_staged_.inputs(), rows);
+  const Buffer& features = s.stage_out(stages_.size() - 1);
+  sized(s.feat, static_cast<int64_t>(features.size()));
+  ops::copy(s.feat.data(), features.data(), static_cast<int64_t>(features.size()));
   fc_forward(s, rows);
   EvalStats e;
   const float* logits = s.fc_pre.back().data();
   e.count = rows;
-  e.loss_sum = ops::softmax_cross_entropy(logits, batch.targets.data(), rows, o_.classes, nullptr) *
-               static_cast<double>(rows);
-  e.correct = ops::count_correct(logits, batch.targets.data(), rows, o_.classes);
+  e.loss_sum =
+      ops::softmax_cross_entropy(logits, eval_staged_.targets(), rows, o_.classes, nullptr) *
+      static_cast<double>(rows);
+  e.correct = ops::count_correct(logits, eval_staged_.targets(), rows, o_.classes);
   return e;
+}
+
+void Cnn::all_gather_features(Buffer& feat) {
+  const size_t n = feat.size();
+  if (device_ == Device::kCpu) {
+    tp_->all_gather({feat.data(), n});
+    return;
+  }
+  // The TP group's all-gather sends host memory.
+  gather_host_.resize(n);
+  device_copy(gather_host_.data(), Device::kCpu, feat.data(), device_, static_cast<int64_t>(n));
+  tp_->all_gather(gather_host_);
+  device_copy(feat.data(), device_, gather_host_.data(), Device::kCpu, static_cast<int64_t>(n));
 }
 
 // f in backward before every column-parallel layer (its input [b, in]), g in

@@ -123,6 +123,9 @@ class Cnn final : public Model {
   void conv_forward(Stash& s, const float* x, int64_t rows);
   // FC layers of `rows` rows from s.feat; the logits in s.fc_act.back().
   void fc_forward(Stash& s, int64_t rows);
+  // The hybrid's all-gather of the features [b, F] over the workers (through
+  // host memory when they live on a CUDA device).
+  void all_gather_features(Buffer& feat);
   int rank() const { return tp_->rank(); }
   int64_t conv_rows(int64_t b) const { return o_.hybrid ? b / tp_->size() : b; }
 
@@ -136,7 +139,11 @@ class Cnn final : public Model {
   std::unique_ptr<ShardedParams> params_;
   ParamStore* store_ = nullptr;
   const Batch* batch_ = nullptr;
-  std::vector<float> cols_;  // im2col scratch of the largest stage
+  Device device_ = Device::kCpu;    // the parameter store's (train.device)
+  DeviceBatch staged_;              // batch_ on device_
+  DeviceBatch eval_staged_;         // the evaluation batch on device_
+  Buffer cols_;                     // im2col scratch of the largest stage
+  std::vector<float> gather_host_;  // the features' all-gather, staged on a CUDA device
   double loss_ = 0;
 };
 

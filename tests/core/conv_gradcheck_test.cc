@@ -9,10 +9,12 @@
 
 #include <cmath>
 #include <functional>
+#include <tuple>
 #include <vector>
 
 #include "core/ops.h"
 #include "core/rng.h"
+#include "tests/core/conv_reference.h"
 
 namespace psar {
 namespace {
@@ -24,45 +26,6 @@ std::vector<float> randn(size_t n, uint64_t stream) {
 }
 
 std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-
-// Direct convolution in double: out [N, C_out, H_out, W_out].
-std::vector<double> conv_ref(const std::vector<double>& x, const std::vector<double>& w,
-                             const std::vector<double>& b, int64_t N, const ops::Conv2dShape& s) {
-  const int64_t Ho = s.H_out(), Wo = s.W_out();
-  std::vector<double> y(static_cast<size_t>(N * s.C_out * Ho * Wo));
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t o = 0; o < s.C_out; ++o)
-      for (int64_t i = 0; i < Ho; ++i)
-        for (int64_t j = 0; j < Wo; ++j) {
-          double acc = b[static_cast<size_t>(o)];
-          for (int64_t c = 0; c < s.C_in; ++c)
-            for (int64_t ki = 0; ki < s.K; ++ki)
-              for (int64_t kj = 0; kj < s.K; ++kj) {
-                const int64_t yy = i * s.stride - s.pad + ki, xx = j * s.stride - s.pad + kj;
-                if (yy < 0 || yy >= s.H || xx < 0 || xx >= s.W) continue;
-                acc += w[static_cast<size_t>(((o * s.C_in + c) * s.K + ki) * s.K + kj)] *
-                       x[static_cast<size_t>(((n * s.C_in + c) * s.H + yy) * s.W + xx)];
-              }
-          y[static_cast<size_t>(((n * s.C_out + o) * Ho + i) * Wo + j)] = acc;
-        }
-  return y;
-}
-
-std::vector<double> pool_ref(const std::vector<double>& x, int64_t NC, int64_t H, int64_t W,
-                             int64_t P) {
-  const int64_t Ho = H / P, Wo = W / P;
-  std::vector<double> y(static_cast<size_t>(NC * Ho * Wo));
-  for (int64_t c = 0; c < NC; ++c)
-    for (int64_t i = 0; i < Ho; ++i)
-      for (int64_t j = 0; j < Wo; ++j) {
-        double m = -1e300;
-        for (int64_t a = 0; a < P; ++a)
-          for (int64_t bb = 0; bb < P; ++bb)
-            m = std::max(m, x[static_cast<size_t>((c * H + i * P + a) * W + j * P + bb)]);
-        y[static_cast<size_t>((c * Ho + i) * Wo + j)] = m;
-      }
-  return y;
-}
 
 double dot(const std::vector<double>& a, const std::vector<float>& r) {
   double s = 0;
@@ -114,6 +77,15 @@ void check_conv(const ops::Conv2dShape& s, int64_t N) {
   expect_gradient(xd, dx, f, "conv2d dinp");
   expect_gradient(wd, dw, f, "conv2d dweight");
   expect_gradient(bd, db, f, "conv2d dbias");
+
+  // The reference's own adjoints (which tests/gpu/ops_cuda_test.cc uses)
+  // agree with the gradients just checked.
+  const ConvRefGrads g = conv_ref_backward(xd, wd, to_double(r), N, s);
+  for (auto [ref, got, what] :
+       {std::tuple{&g.dx, &dx, "dx"}, {&g.dw, &dw, "dw"}, {&g.db, &db, "db"}})
+    for (size_t i = 0; i < ref->size(); ++i)
+      ASSERT_NEAR((*got)[i], (*ref)[i], 1e-5 * std::max(1.0, std::abs((*ref)[i])))
+          << "conv_ref_backward " << what << " " << i;
 }
 
 TEST(ConvGradCheck, Stride1Pad1) { check_conv({2, 6, 5, 3, 3, 1, 1}, 2); }

@@ -20,6 +20,7 @@
 #include "core/optim.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "tests/core/conv_reference.h"
 
 namespace psar {
 namespace {
@@ -211,6 +212,118 @@ TEST(CudaOps, LayerNormMatchesCpu) {
     expect_close(dDx.host(), dx, "layernorm backward input");
     expect_close(dDw.host(), dw, "layernorm backward weight");
     expect_close(dDb.host(), db, "layernorm backward bias");
+  }
+}
+
+// Within rel of the largest magnitude of a double-precision reference.
+void expect_close_to_reference(const std::vector<float>& got, const std::vector<double>& want,
+                               const char* what, double rel = 1e-5) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0.0;
+  for (double x : want) scale = std::max(scale, std::fabs(x));
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_LE(std::fabs(got[i] - want[i]), rel * std::max(scale, 1.0))
+        << what << " element " << i << ": cuda " << got[i] << " reference " << want[i];
+}
+
+// The convolution (im2col + cuBLAS, col2im) forward, input gradient (which
+// overwrites) and weight and bias gradients (which accumulate onto what is
+// there) against the CPU on the same inputs, and against the direct
+// double-precision convolution and its adjoints (tests/core/conv_reference.h):
+// stride 1 to 3, padding 0 to 2, 1×1 to 5×5 kernels, a kernel larger than the
+// unpadded image, non-square images, with and without a bias, and a stage of
+// the Fashion-MNIST network.
+TEST(CudaOps, Conv2dForwardAndBackwardMatchCpuAndTheDoubleReference) {
+  PSAR_NEED_CUDA();
+  struct Case {
+    ops::Conv2dShape s;
+    int64_t N;
+    bool bias;
+  };
+  const Case cases[] = {{{3, 13, 11, 5, 3, 1, 1}, 3, true},  {{2, 9, 10, 4, 3, 2, 0}, 2, true},
+                        {{1, 28, 28, 8, 5, 2, 2}, 2, false}, {{4, 7, 7, 3, 1, 1, 0}, 2, true},
+                        {{1, 2, 2, 2, 3, 1, 1}, 3, true},    {{2, 8, 9, 3, 3, 3, 2}, 2, true},
+                        {{32, 14, 14, 64, 3, 1, 1}, 4, true}};
+  uint64_t stream = 40;
+  for (const Case& c : cases) {
+    const ops::Conv2dShape& s = c.s;
+    SCOPED_TRACE(::testing::Message() << "C_in " << s.C_in << " " << s.H << "x" << s.W << " C_out "
+                                      << s.C_out << " K " << s.K << " stride " << s.stride
+                                      << " pad " << s.pad << " N " << c.N << " bias " << c.bias);
+    const int64_t out_n = c.N * s.C_out * s.H_out() * s.W_out();
+    const auto x = random(c.N * s.C_in * s.H * s.W, stream++), w = random(s.weight_numel(), stream++),
+               b = random(s.C_out, stream++), dy = random(out_n, stream++);
+    // Outputs start as garbage (overwritten), gradients as random values (accumulated onto).
+    std::vector<float> y = random(out_n, stream++), dx = random(x.size(), stream++),
+                       dw = random(w.size(), stream++), db = random(b.size(), stream++),
+                       cols(static_cast<size_t>(s.col_rows() * s.col_cols()));
+    const auto dw0 = dw, db0 = db;
+    OnDevice dX(x), dW(w), dB(b), dDy(dy), dY(y), dDx(dx), dDw(dw), dDb(db), dCols(cols);
+    const float* bias = c.bias ? b.data() : nullptr;
+    ops::conv2d_forward(y.data(), x.data(), w.data(), bias, c.N, s, cols.data());
+    ops::conv2d_backward_input(dx.data(), dy.data(), w.data(), c.N, s, cols.data());
+    ops::conv2d_backward_weight(dw.data(), c.bias ? db.data() : nullptr, dy.data(), x.data(), c.N,
+                                s, cols.data());
+    {
+      DeviceScope cuda(Device::kCuda);
+      ops::conv2d_forward(dY.ptr(), dX.ptr(), dW.ptr(), c.bias ? dB.ptr() : nullptr, c.N, s,
+                          dCols.ptr());
+      ops::conv2d_backward_input(dDx.ptr(), dDy.ptr(), dW.ptr(), c.N, s, dCols.ptr());
+      ops::conv2d_backward_weight(dDw.ptr(), c.bias ? dDb.ptr() : nullptr, dDy.ptr(), dX.ptr(),
+                                  c.N, s, dCols.ptr());
+      device_synchronize(Device::kCuda);
+    }
+    const auto gy = dY.host(), gdx = dDx.host(), gdw = dDw.host(), gdb = dDb.host();
+    expect_close(gy, y, "conv2d forward");
+    expect_close(gdx, dx, "conv2d backward input");
+    expect_close(gdw, dw, "conv2d backward weight");
+    expect_close(gdb, db, "conv2d backward bias");
+
+    const std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()),
+        bd = c.bias ? std::vector<double>(b.begin(), b.end()) : std::vector<double>(b.size(), 0.0);
+    expect_close_to_reference(gy, conv_ref(xd, wd, bd, c.N, s), "conv2d forward (double)");
+    const ConvRefGrads g = conv_ref_backward(xd, wd, std::vector<double>(dy.begin(), dy.end()), c.N, s);
+    expect_close_to_reference(gdx, g.dx, "conv2d backward input (double)");
+    std::vector<double> want_dw(g.dw), want_db(db0.begin(), db0.end());
+    for (size_t i = 0; i < want_dw.size(); ++i) want_dw[i] += dw0[i];
+    if (c.bias)
+      for (size_t i = 0; i < want_db.size(); ++i) want_db[i] += g.db[i];
+    expect_close_to_reference(gdw, want_dw, "conv2d backward weight (double)");
+    expect_close_to_reference(gdb, want_db, "conv2d backward bias (double)");
+  }
+}
+
+// Max pooling on inputs with many ties (values on a grid of 0.5): the first
+// maximum of each window wins on both sides, so forward and backward equal
+// the CPU bit for bit, -0 gradients and the dropped edge rows and columns
+// (which get 0) included; the forward also equals the double reference.
+TEST(CudaOps, MaxPoolForwardAndBackwardMatchCpuBitForBit) {
+  PSAR_NEED_CUDA();
+  struct Case {
+    int64_t NC, H, W, P;
+  };
+  uint64_t stream = 70;
+  for (const Case c : {Case{10, 9, 11, 2}, Case{6, 9, 11, 3}, Case{64, 28, 28, 2}, Case{3, 4, 4, 4}}) {
+    SCOPED_TRACE(::testing::Message() << "NC " << c.NC << " " << c.H << "x" << c.W << " P " << c.P);
+    auto x = random(c.NC * c.H * c.W, stream++);
+    for (float& v : x) v = std::round(v * 2.0f) / 2.0f;
+    const int64_t out_n = c.NC * (c.H / c.P) * (c.W / c.P);
+    auto dy = random(out_n, stream++);
+    dy[0] = -0.0f;
+    std::vector<float> y = random(out_n, stream++), dx = random(x.size(), stream++);
+    OnDevice dX(x), dDy(dy), dY(y), dDx(dx);
+    ops::maxpool2d_forward(y.data(), x.data(), c.NC, c.H, c.W, c.P);
+    ops::maxpool2d_backward(dx.data(), dy.data(), x.data(), c.NC, c.H, c.W, c.P);
+    {
+      DeviceScope cuda(Device::kCuda);
+      ops::maxpool2d_forward(dY.ptr(), dX.ptr(), c.NC, c.H, c.W, c.P);
+      ops::maxpool2d_backward(dDx.ptr(), dDy.ptr(), dX.ptr(), c.NC, c.H, c.W, c.P);
+    }
+    const auto gy = dY.host();
+    expect_bitwise(gy, y, "maxpool forward");
+    expect_bitwise(dDx.host(), dx, "maxpool backward");
+    const auto want = pool_ref(std::vector<double>(x.begin(), x.end()), c.NC, c.H, c.W, c.P);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(static_cast<double>(gy[i]), want[i]) << i;
   }
 }
 

@@ -1,5 +1,6 @@
 // Training on a CUDA device (train.device: cuda) against the same run on the
-// CPU: the MLP of the trainer tests and a small GPT, 20 steps, parameters within 1e-4
+// CPU: the MLP of the trainer tests and a small GPT, 20 steps (the CNN of
+// the CNN tests, 10), parameters within 1e-4
 // (‖Δθ‖/‖θ‖; the GEMMs sum in another order), serial and data-parallel over
 // in-process ranks sharing the device (host algorithms staged through pinned
 // memory, with and without overlap). Without a device the runs skip; the
@@ -13,6 +14,7 @@
 #include "comm/inproc_comm.h"
 #include "core/device.h"
 #include "core/ops.h"
+#include "tests/trainer/cnn_fixture.h"
 #include "tests/trainer/train_fixture.h"
 #include "trainer/schema.h"
 #include "trainer/trainer.h"
@@ -93,6 +95,33 @@ TEST_P(TrainCudaOptimizers, DataParallelHostAlgorithmsStagedMatchTheCpuRun) {
           2, mlp("cuda", algo, GetParam(), {"sync.overlap=" + overlap, "sync.bucket_bytes=4K"}));
       EXPECT_LE(relative_difference(cpu, cuda), 1e-4) << algo << " overlap " << overlap;
     }
+}
+
+// The CNN of the CPU equivalence tests (tests/trainer/cnn_fixture.h: two
+// conv + pool stages, FC 32→8→4, 10 SGD steps with momentum) on the device:
+// serial, plain data parallelism and the hybrid scheme (conv gradients
+// all-reduced by ring staged through host memory, the features' all-gather
+// staged too, the FC layers' f and g likewise) on 2 and 4 in-process ranks
+// sharing one device, each against the serial CPU run.
+TEST(TrainCudaCnn, SerialDataParallelAndHybridMatchTheSerialCpuRun) {
+  PSAR_NEED_CUDA();
+  ops::set_blas_threads(1);
+  const auto on_cuda = [](bool hybrid) {
+    return testing::cnn_config(hybrid, {"train.device=cuda"});
+  };
+  const auto cpu = train_ranks(1, testing::cnn_config(false));
+  const auto start = train_ranks(1, testing::cnn_config(false, {"train.steps=1"}));
+  EXPECT_GT(relative_difference(cpu, start), 1e-2) << "training moved the parameters";
+  struct Run {
+    int ranks;
+    bool hybrid;
+  };
+  for (const Run run : {Run{1, false}, Run{2, false}, Run{2, true}, Run{4, true}}) {
+    const auto cuda = train_ranks(run.ranks, on_cuda(run.hybrid));
+    ASSERT_EQ(cuda.size(), cpu.size());
+    EXPECT_LE(relative_difference(cpu, cuda), 1e-4)
+        << (run.hybrid ? "hybrid" : "data parallel") << " on " << run.ranks << " ranks";
+  }
 }
 
 // A 2-block GPT with dropout; parallel.tp = t.

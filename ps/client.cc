@@ -56,7 +56,8 @@ Client::Client(const ClientOptions& options)
     for (size_t i = 0; i < options.shards.size(); ++i) {
       const ShardAddress& a = options.shards[i];
       shards_.push_back(Shard{a, ShardLayout{a.shard, a.range, options.chunk_floats},
-                              std::move(sockets[i]), {}, {}, 0});
+                              std::move(sockets[i]), {}, {}, 0, {}});
+      shards_.back().seen.assign(static_cast<size_t>(shards_.back().layout.chunks()), 0);
       if (verdict[i] >= 0)
         failed += (failed.empty() ? "" : "; ") + std::string("shard ") + std::to_string(a.shard) +
                   " at " + unreachable(a.endpoint, a.host, verdict[i]);
@@ -109,6 +110,16 @@ void Client::pull(std::span<float> params) {
   PSAR_CHECK(static_cast<int64_t>(params.size()) == size_, "ps client: pull into ", params.size(),
              " floats, the shards hold ", size_);
   round(wire::MSG_PULL, clock_, {}, params, options_.timeout_s);
+}
+
+void Client::set_touched_rows(std::span<const int64_t> rows) {
+  if (options_.rows.row_floats == 0) return;  // dense: every push carries every float
+  for (size_t i = 1; i < rows.size(); ++i)
+    PSAR_CHECK(rows[i - 1] < rows[i], "ps client: touched rows not strictly ascending at ", i);
+  PSAR_CHECK(rows.empty() ||
+                 (rows.front() >= 0 && rows.back() * options_.rows.row_floats < options_.rows.floats),
+             "ps client: touched rows outside the sparse rows");
+  touched_.assign(rows.begin(), rows.end());
 }
 
 void Client::close() {
@@ -296,6 +307,7 @@ void Client::collect(double timeout_s, bool block) {
 void Client::send_request(Shard& s, wire::MessageType type, int64_t clock, KeyRange keys,
                           std::span<const float> grads) {
   const bool pushes = type == wire::MSG_PUSH || type == wire::MSG_PUSH_PULL;
+  const bool sparse = type == wire::MSG_PUSH_PULL && options_.rows.sparse(keys);
   wire::Header h;
   h.set_type(type);
   h.set_token(options_.token);
@@ -305,9 +317,21 @@ void Client::send_request(Shard& s, wire::MessageType type, int64_t clock, KeyRa
   h.set_key_begin(keys.begin);
   h.set_key_end(keys.end);
   h.set_payload_floats(pushes ? keys.size() : 0);
+  std::vector<char> frame;  // a sparse push's keys and values
+  if (sparse) {
+    int64_t floats = 0;
+    frame = pack_rows(options_.rows, keys, touched_, grads.data(), 0, floats);
+    h.set_sparse(true);
+    h.set_sparse_keys(static_cast<int64_t>((frame.size() - static_cast<size_t>(floats) * sizeof(float)) /
+                                           sizeof(int64_t)));
+    h.set_payload_floats(floats);
+    h.set_have_version(s.seen[static_cast<size_t>(s.layout.chunk_containing(keys))]);
+  }
   if (options_.nic) {
     const size_t bytes = h.ByteSizeLong() + sizeof(double) +
-                         (pushes ? static_cast<size_t>(keys.size()) * sizeof(float) : 0);
+                         (sparse   ? frame.size()
+                          : pushes ? static_cast<size_t>(keys.size()) * sizeof(float)
+                                   : 0);
     h.set_sent_at(options_.nic->depart(bytes, now_seconds()));
   }
   const std::string head = encode_header(h);
@@ -315,6 +339,12 @@ void Client::send_request(Shard& s, wire::MessageType type, int64_t clock, KeyRa
   counters_.header_bytes_out += static_cast<int64_t>(head.size());
   ++counters_.messages_out;
   if (!pushes) return;
+  if (sparse) {
+    zmq::message_t payload(frame.data(), frame.size());
+    counters_.payload_bytes_out += static_cast<int64_t>(payload.size());
+    s.socket.send(payload, zmq::send_flags::none);
+    return;
+  }
   zmq::message_t payload =
       borrowed_.borrow(grads.data() + keys.begin, static_cast<size_t>(keys.size()));
   counters_.payload_bytes_out += static_cast<int64_t>(payload.size());
@@ -381,6 +411,19 @@ void Client::handle_reply(Shard& s, std::vector<zmq::message_t>& frames, size_t 
   if (h.type() != wire::MSG_PARAMS) return;
   min_averaged_ = std::min(min_averaged_, static_cast<int>(h.averaged()));
   const size_t bytes = count == 2 ? frames[1].size() : 0;
+  s.seen[static_cast<size_t>(chunk)] = h.version();
+  if (h.sparse()) {
+    const void* frame = count == 2 ? frames[1].data() : nullptr;
+    const std::string bad =
+        type != wire::MSG_PUSH_PULL
+            ? std::string("sparse reply to a ") + type_name(type)
+            : check_rows(options_.rows, keys, frame, bytes, h.sparse_keys(), h.payload_floats());
+    if (!bad.empty()) fail_protocol(what + " sent sparse parameters: " + bad);
+    unpack_rows(options_.rows, keys, frame, h.sparse_keys(), params.data(), 0);
+    counters_.payload_bytes_in += static_cast<int64_t>(bytes);
+    if (on_params_) on_params_(keys);
+    return;
+  }
   if (h.payload_floats() != keys.size() ||
       bytes != static_cast<size_t>(keys.size()) * sizeof(float))
     fail_protocol(what + " sent parameters " + to_string(keys) + " in " + std::to_string(bytes) +

@@ -31,6 +31,7 @@
 #include "ps/on_the_wire.h"
 #include "ps/server.h"
 #include "ps/sharding.h"
+#include "ps/sparse_rows.h"
 #include "ps/wire.h"
 #include "ps/zmq_util.h"
 
@@ -60,6 +61,10 @@ struct ClientOptions {
   // ps.security curve (ps/curve.h): this worker's key pair, for the shards
   // that have a server_key.
   CurveKeys curve;
+  // Sparse rows (ps/sparse_rows.h): push_pulls of chunks inside rows.floats
+  // carry only the rows given to set_touched_rows, and bring back only the
+  // rows changed since this worker last saw the chunk.
+  RowSpace rows;
 };
 
 class Client {
@@ -97,6 +102,10 @@ class Client {
   // `params` (any push_pull or pull), on the thread that took the reply: the
   // layer-wise start of the next forward (docs/overlap.md).
   void set_on_params(std::function<void(KeyRange)> on_params) { on_params_ = std::move(on_params); }
+  // Sparse rows: the rows (ascending, unique, as row numbers of
+  // options.rows) whose gradients the next push_pulls carry; the others'
+  // must be zero. Kept until set again; ignored without options.rows.
+  void set_touched_rows(std::span<const int64_t> rows);
   // Goodbye to every shard, after clock() steps; waits for their acks.
   void close();
 
@@ -121,6 +130,7 @@ class Client {
     std::vector<char> answered;  // by chunk, in the current round
     std::vector<int64_t> given;  // by chunk: floats given (staged push_pull); -1 once sent
     int waiting = 0;             // replies still due in the current round
+    std::vector<int64_t> seen;   // by chunk: the version of its last parameters reply
   };
   // One round: open_round, send_chunk for every chunk, collect(block).
   void round(wire::MessageType type, int64_t clock, std::span<const float> grads,
@@ -178,6 +188,7 @@ class Client {
   std::string broken_;       // why the client is unusable; "" while healthy
   bool closed_ = false;
   std::function<void(KeyRange)> on_params_;
+  std::vector<int64_t> touched_;  // set_touched_rows
 };
 
 }  // namespace psar::ps

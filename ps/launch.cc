@@ -112,6 +112,7 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
         so.nic = world.network();
         so.security = options.security;
         so.clients = clients;
+        so.rows = options.rows;
         so.checkpoint_every = options.checkpoint_every;
         so.on_checkpoint = options.on_checkpoint;
         if (options.resume_shard) so.resume = options.resume_shard(me.shard);
@@ -150,6 +151,7 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
     co.host = here.hostname;
     co.first_clock = options.first_clock;
     co.curve = worker_keys;
+    co.rows = options.rows;
     me.client = std::make_unique<Client>(co);
   }
   return me;

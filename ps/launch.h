@@ -49,6 +49,7 @@ struct PsOptions {
   double timeout_s = 60.0;
   Security security = Security::kNone;  // ps.security
   OptimizerOptions optimizer;
+  RowSpace rows;  // sparse rows (ps/sparse_rows.h); none by default
   // Checkpoints and resume (bsp; ServerOptions, ClientOptions): the hook a
   // shard calls with its snapshot, the snapshot a shard starts from (null:
   // none), the workers' first clock.

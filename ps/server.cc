@@ -42,11 +42,25 @@ Server::Server(const ServerOptions& options, std::span<const float> initial)
                           options.continue_on_failure},
         initial.subspan(static_cast<size_t>(keys.begin - options.range.begin),
                         static_cast<size_t>(keys.size()))));
+    RowVersions rv;
+    if (options.rows.sparse(keys)) {
+      const auto [first, last] = options.rows.rows_in(keys);
+      rv.first_row = first;
+      rv.version.assign(static_cast<size_t>(last - first), 0);
+      const auto v = chunks_.back()->params().view();
+      rv.seen.assign(v.begin(), v.end());
+    }
+    rows_.push_back(std::move(rv));
   }
   tune_socket(socket_);
   // A frame larger than a chunk is hostile: ZeroMQ drops such a peer before
   // buffering the frame. Under CURVE the limit applies to the sealed frame.
-  const int64_t cap = std::max<int64_t>(layout_.chunk(0).size() * 4, 64 * 1024) +
+  // A sparse frame adds a key per row (and a row cut at each end).
+  const int64_t keys_cap =
+      options.rows.row_floats > 0
+          ? (layout_.chunk(0).size() / options.rows.row_floats + 2) * int64_t{sizeof(int64_t)}
+          : 0;
+  const int64_t cap = std::max<int64_t>(layout_.chunk(0).size() * 4, 64 * 1024) + keys_cap +
                       (options.security == Security::kCurve ? kCurveFrameOverhead : 0);
   socket_.set(zmq::sockopt::maxmsgsize, cap);
   if (options.security == Security::kCurve) {
@@ -75,6 +89,11 @@ void Server::restore(const ShardSnapshot& snap) {
     chunks_[static_cast<size_t>(c)]->restore(snap.clock,
                                              std::span<const float>(snap.params).subspan(off, n),
                                              snap.optimizer_steps, state);
+    RowVersions& rv = rows_[static_cast<size_t>(c)];
+    if (!rv.version.empty()) {
+      const auto v = chunks_[static_cast<size_t>(c)]->params().view();
+      rv.seen.assign(v.begin(), v.end());
+    }
   }
 }
 
@@ -174,7 +193,8 @@ void Server::handle(std::vector<zmq::message_t>& frames, size_t count) {
     parsed = true;
     zmq::message_t* payload = count == 3 ? &frames[2] : nullptr;
     const int chunk =
-        validate_request(header, payload ? payload->size() : 0, layout_, options_.token);
+        validate_request(header, payload ? payload->size() : 0, layout_, options_.token,
+                         options_.rows);
     if (options_.nic && header.sent_at() > 0) {
       // Emulated ingress: held until its modelled arrival (deliver_in_flight).
       const size_t bytes = frames[1].size() + (payload ? payload->size() : 0);
@@ -228,12 +248,18 @@ void Server::dispatch(zmq::message_t& identity, const wire::Header& h, int chunk
   switch (static_cast<int>(h.type())) {  // validate_request() let only requests through
     case wire::MSG_PUSH:
     case wire::MSG_PUSH_PULL: {
+      if (h.sparse()) {
+        push_sparse(h, chunk, *payload);
+        pull(identity, h, chunk, h.clock() + 1, layout_.chunk(chunk), state.last_push_dropped());
+        break;
+      }
       auto frame = std::make_shared<zmq::message_t>(std::move(*payload));
       const std::span<float> data(frame->data<float>(), frame->size() / sizeof(float));
       const int64_t bytes = static_cast<int64_t>(frame->size());
       const bool changed = state.push(worker, h.clock(), Gradient{data, std::move(frame)});
       const bool dropped = state.last_push_dropped();
       counters_.payload_in.fetch_add(bytes, std::memory_order_relaxed);
+      if (changed) note_changed_rows(chunk);
       if (changed) snapshot_if_due(chunk);
       if (changed) answer_parked();
       if (h.type() == wire::MSG_PUSH_PULL)
@@ -254,6 +280,39 @@ void Server::dispatch(zmq::message_t& identity, const wire::Header& h, int chunk
       send_ack(identity, h);
       answer_parked();  // pulls that needed this worker's pushes now fail
       break;
+  }
+}
+
+void Server::push_sparse(const wire::Header& h, int chunk, zmq::message_t& payload) {
+  const KeyRange keys = layout_.chunk(chunk);
+  const std::string bad = check_rows(options_.rows, keys, payload.data(), payload.size(),
+                                     h.sparse_keys(), h.payload_floats());
+  if (!bad.empty()) throw RequestError(wire::STATUS_BAD_LENGTH, "sparse push: " + bad);
+  // The touched rows into a zero gradient over the chunk: every other row's is zero.
+  auto dense = std::make_shared<std::vector<float>>(static_cast<size_t>(keys.size()), 0.0f);
+  unpack_rows(options_.rows, keys, payload.data(), h.sparse_keys(), dense->data(), keys.begin);
+  const std::span<float> data(*dense);
+  ShardState& state = *chunks_[static_cast<size_t>(chunk)];
+  const bool changed = state.push(h.worker(), h.clock(), Gradient{data, std::move(dense)});
+  counters_.payload_in.fetch_add(static_cast<int64_t>(payload.size()), std::memory_order_relaxed);
+  if (changed) note_changed_rows(chunk);
+  if (changed) snapshot_if_due(chunk);
+  if (changed) answer_parked();
+}
+
+void Server::note_changed_rows(int chunk) {
+  RowVersions& rv = rows_[static_cast<size_t>(chunk)];
+  if (rv.version.empty()) return;
+  const ShardState& state = *chunks_[static_cast<size_t>(chunk)];
+  const KeyRange keys = state.options().range;
+  const auto now = state.params().view();
+  for (size_t i = 0; i < rv.version.size(); ++i) {
+    const KeyRange e = options_.rows.extent(rv.first_row + static_cast<int64_t>(i), keys);
+    const auto off = static_cast<size_t>(e.begin - keys.begin);
+    const auto n = static_cast<size_t>(e.size());
+    if (std::memcmp(now.data() + off, rv.seen.data() + off, n * sizeof(float)) == 0) continue;
+    std::memcpy(rv.seen.data() + off, now.data() + off, n * sizeof(float));
+    rv.version[i] = state.applied();
   }
 }
 
@@ -304,6 +363,24 @@ void Server::send_params(zmq::message_t& identity, const wire::Header& request, 
   reply.set_averaged(state.last_averaged());
   reply.set_push_dropped(push_dropped);
   zmq::message_t payload;
+  const RowVersions& rv = rows_[static_cast<size_t>(chunk)];
+  if (request.sparse() && !rv.version.empty()) {
+    // The rows changed since the version the worker last saw.
+    std::vector<int64_t> changed;
+    for (size_t i = 0; i < rv.version.size(); ++i)
+      if (rv.version[i] > request.have_version())
+        changed.push_back(rv.first_row + static_cast<int64_t>(i));
+    int64_t floats = 0;
+    const std::vector<char> frame = pack_rows(options_.rows, keys, changed,
+                                              state.params().view().data(), keys.begin, floats);
+    reply.set_sparse(true);
+    reply.set_sparse_keys(static_cast<int64_t>(changed.size()));
+    reply.set_payload_floats(floats);
+    payload = zmq::message_t(frame.data(), frame.size());
+    counters_.payload_out.fetch_add(static_cast<int64_t>(frame.size()), std::memory_order_relaxed);
+    send_reply(identity, reply, &payload);
+    return;
+  }
   if (keys.size() > 0) {
     // Zero-copy: the frame references the chunk's buffer until ZeroMQ is done with it.
     SharedParams& params = state.params();

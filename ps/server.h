@@ -43,6 +43,7 @@
 #include "ps/curve.h"
 #include "ps/on_the_wire.h"
 #include "ps/shard_state.h"
+#include "ps/sparse_rows.h"
 #include "ps/wire.h"
 
 namespace psar::ps {
@@ -89,6 +90,9 @@ struct ServerOptions {
   // accepts only clients whose public key (Z85) is in `clients`.
   Security security = Security::kNone;
   std::set<std::string> clients;
+  // Sparse rows (ps/sparse_rows.h): chunks inside rows.floats take sparse
+  // push_pulls; each of their rows remembers the update that last changed it.
+  RowSpace rows;
 };
 
 // Traffic of one side of the protocol. Payload bytes are the floats pushed
@@ -183,9 +187,20 @@ class Server {
   void snapshot_if_due(int chunk);
   void restore(const ShardSnapshot& snapshot);
 
+  // Sparse chunks: each row's version (the updates applied when it last
+  // changed) and the values it had then, to find the rows an update changed.
+  struct RowVersions {
+    int64_t first_row = 0;
+    std::vector<int64_t> version;
+    std::vector<float> seen;  // the chunk's values at the last comparison
+  };
+  void push_sparse(const wire::Header& h, int chunk, zmq::message_t& payload);
+  void note_changed_rows(int chunk);
+
   ServerOptions options_;
   ShardLayout layout_;
   std::vector<std::unique_ptr<ShardState>> chunks_;
+  std::vector<RowVersions> rows_;  // by chunk; empty `version` for a dense chunk
   zmq::context_t context_{1};
   zmq::socket_t socket_;
   CurveKeys keys_;                     // curve: this shard's pair (the secret stays in memory)

@@ -21,7 +21,7 @@ std::string chunking(const ShardLayout& layout) {
 }  // namespace
 
 int validate_request(const wire::Header& h, size_t payload_bytes, const ShardLayout& layout,
-                     uint64_t token) {
+                     uint64_t token, const RowSpace& rows) {
   if (h.token() != token) throw RequestError(wire::STATUS_BAD_TOKEN, "wrong job token");
   if (!is_request(h.type()))
     throw RequestError(wire::STATUS_UNKNOWN_TYPE, std::string("not a request: ") +
@@ -30,6 +30,23 @@ int validate_request(const wire::Header& h, size_t payload_bytes, const ShardLay
   if (h.shard() != layout.shard)
     throw RequestError(wire::STATUS_WRONG_SHARD, "addressed to shard " + std::to_string(h.shard()) +
                                                      ", this is " + std::to_string(layout.shard));
+  if (h.sparse()) {
+    const KeyRange keys{h.key_begin(), h.key_end()};
+    const int chunk = layout.chunk_containing(keys);
+    if (h.type() != wire::MSG_PUSH_PULL || chunk < 0 || keys != layout.chunk(chunk) ||
+        !rows.sparse(keys))
+      throw RequestError(wire::STATUS_KEY_RANGE, std::string("a sparse ") + type_name(h.type()) +
+                                                     " of keys " + to_string(keys) +
+                                                     ": only a push_pull of one whole sparse "
+                                                     "chunk is sparse");
+    if (h.sparse_keys() < 0 || h.payload_floats() < 0 ||
+        static_cast<int64_t>(payload_bytes) != sparse_frame_bytes(h.sparse_keys(), h.payload_floats()))
+      throw RequestError(wire::STATUS_BAD_LENGTH,
+                         "header says " + std::to_string(h.sparse_keys()) + " keys and " +
+                             std::to_string(h.payload_floats()) + " floats, payload frame holds " +
+                             std::to_string(payload_bytes) + " bytes");
+    return chunk;
+  }
   if (payload_bytes % sizeof(float) != 0 ||
       h.payload_floats() != static_cast<int64_t>(payload_bytes / sizeof(float)))
     throw RequestError(wire::STATUS_BAD_LENGTH, "header says " +

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "ps/sharding.h"
+#include "ps/sparse_rows.h"
 #include "ps/wire.h"
 
 namespace psar::ps {
@@ -14,9 +15,11 @@ namespace psar::ps {
 // In this order: job token, request type, shard, payload length against the
 // header, then the key range — a push or push_pull must cover exactly one
 // chunk of the shard and carry its floats; a pull may ask for any keys inside
-// one chunk; neither a pull nor a goodbye carries a payload. Returns the
-// chunk the request addresses (0 for a goodbye). Throws RequestError.
+// one chunk; neither a pull nor a goodbye carries a payload. A sparse
+// request (ps/sparse_rows.h) is a push_pull of one whole sparse chunk of
+// `rows` whose frame holds its keys and values. Returns the chunk the
+// request addresses (0 for a goodbye). Throws RequestError.
 int validate_request(const wire::Header& h, size_t payload_bytes, const ShardLayout& layout,
-                     uint64_t token);
+                     uint64_t token, const RowSpace& rows = {});
 
 }  // namespace psar::ps

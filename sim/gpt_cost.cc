@@ -4,7 +4,31 @@
 #include <cmath>
 #include <initializer_list>
 
+#include "core/errors.h"
+
 namespace psar::sim {
+
+int64_t kv_heads(const GptShape& g) { return g.kv_heads > 0 ? g.kv_heads : g.heads; }
+int64_t ffn_width(const GptShape& g) { return g.ffn > 0 ? g.ffn : 4 * g.hidden; }
+int64_t qkv_width(const GptShape& g) {
+  return g.hidden + 2 * kv_heads(g) * (g.hidden / std::max<int64_t>(1, g.heads));
+}
+
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::kNone;
+  if (name == "selective") return Recompute::kSelective;
+  if (name == "full") return Recompute::kFull;
+  throw ConfigError("train.recompute = '" + name + "': expected none, selective or full");
+}
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
 
 namespace {
 
@@ -47,14 +71,20 @@ double gemm_wave_efficiency(const GpuSpec& gpu, double batch, int64_t rows, int6
 }
 
 GemmSeconds block_gemm_seconds(const GptShape& g, int64_t b, int t, const GpuSpec& gpu) {
-  const int64_t tokens = b * g.seq, h = g.hidden, s = g.seq;
+  const int64_t tokens = b * g.seq, h = g.hidden, s = g.seq, f = ffn_width(g);
   const double heads = static_cast<double>(b) * static_cast<double>(g.heads) / t;
-  return sum(gpu, {{1, tokens, 3 * h / t, h},
+  return sum(gpu, {{1, tokens, qkv_width(g) / t, h},
                    {heads, s, s, h / g.heads},
                    {heads, s, h / g.heads, s},
                    {1, tokens, h, h / t},
-                   {1, tokens, 4 * h / t, h},
-                   {1, tokens, h, 4 * h / t}});
+                   {1, tokens, (g.swiglu ? 2 : 1) * f / t, h},
+                   {1, tokens, h, f / t}});
+}
+
+double attention_core_seconds(const GptShape& g, int64_t b, int t, const GpuSpec& gpu) {
+  const int64_t s = g.seq, d = g.hidden / g.heads;
+  const double heads = static_cast<double>(b) * static_cast<double>(g.heads) / t;
+  return seconds(gpu, heads, s, s, d) + seconds(gpu, heads, s, d, s);
 }
 
 GemmSeconds head_gemm_seconds(const GptShape& g, int64_t b, int t, const GpuSpec& gpu) {
@@ -69,20 +99,52 @@ GemmSeconds head_gemm_seconds(const GptShape& g, int64_t b, int t, const GpuSpec
           flops / (rate * gemm_wave_efficiency(gpu, 1, g.hidden, cols))};
 }
 
-double block_memory_bytes(const GptShape& g, int64_t b, int t, int dtype, bool flash) {
-  const double bsh = static_cast<double>(b) * static_cast<double>(g.seq) *
-                     static_cast<double>(g.hidden);
+double attention_core_memory_bytes(const GptShape& g, int64_t b, int t, int dtype, bool flash) {
   const double scores = flash ? 0.0 : static_cast<double>(b) * static_cast<double>(g.heads) / t *
                         static_cast<double>(g.seq) * static_cast<double>(g.seq);
   const double D = dtype;
-  return 2 * 2 * bsh * D + 2 * scores * D + scores * (2 * D + 1) + 2 * (4 * bsh / t) * D +
-         2 * bsh * (3 * D + 1);
+  return 2 * scores * D + scores * (2 * D + 1);
+}
+
+double block_memory_bytes(const GptShape& g, int64_t b, int t, int dtype, bool flash,
+                          bool sequence_parallel) {
+  const double bs = static_cast<double>(b) * static_cast<double>(g.seq);
+  const double bsh = bs * static_cast<double>(g.hidden) / (sequence_parallel ? t : 1);
+  const double bsf = bs * static_cast<double>(ffn_width(g)) / t;
+  const double D = dtype;
+  return 2 * 2 * bsh * D + attention_core_memory_bytes(g, b, t, dtype, flash) +
+         (g.swiglu ? 3 : 2) * bsf * D + 2 * bsh * (3 * D + 1);
+}
+
+double block_activation_bytes(const GptShape& g, int64_t b, int t, int dtype_bytes,
+                              const ActivationOptions& o) {
+  const double sb = static_cast<double>(g.seq) * static_cast<double>(b);
+  const double sbh = sb * static_cast<double>(g.hidden);
+  const double scale = dtype_bytes / 2.0;
+  const double split = o.sequence_parallel ? t : 1;
+  if (o.recompute == Recompute::kFull) return dtype_bytes * sbh / split;
+  const double replicated = 10.0 * sbh / split;
+  const double sharded = (2.0 * sb * static_cast<double>(qkv_width(g)) + 2.0 * sbh +
+                          (g.swiglu ? 6.0 : 4.0) * sb * static_cast<double>(ffn_width(g))) / t;
+  const double ash = static_cast<double>(g.heads) * sb * static_cast<double>(g.seq) / t;
+  double core = 0;
+  if (o.flash)
+    core = 4.0 * static_cast<double>(g.heads) * sb / t / scale;  // fp32 statistics
+  else if (o.recompute == Recompute::kNone)
+    core = 5.0 * ash;
+  return (replicated + sharded + core) * scale;
+}
+
+double attention_core_flops(const GptShape& g, int64_t b) {
+  const double bs = static_cast<double>(b) * static_cast<double>(g.seq);
+  return 4.0 * bs * static_cast<double>(g.seq) * static_cast<double>(g.hidden);
 }
 
 double block_forward_flops(const GptShape& g, int64_t b) {
   const double bs = static_cast<double>(b) * static_cast<double>(g.seq);
   const double h = static_cast<double>(g.hidden);
-  return 24.0 * bs * h * h + 4.0 * bs * static_cast<double>(g.seq) * h;
+  const double f = static_cast<double>(ffn_width(g)) * (g.swiglu ? 3 : 2);
+  return 2.0 * bs * h * (static_cast<double>(qkv_width(g)) + h + f) + attention_core_flops(g, b);
 }
 
 double head_forward_flops(const GptShape& g, int64_t b) {
@@ -90,13 +152,20 @@ double head_forward_flops(const GptShape& g, int64_t b) {
          static_cast<double>(g.hidden) * static_cast<double>(g.vocab);
 }
 
-double step_flops(const GptShape& g, int64_t batch, bool recompute) {
-  const double passes = recompute ? 4 : 3;  // forward, backward (2×), recomputed forward
-  return passes * static_cast<double>(g.layers) * block_forward_flops(g, batch) +
+double step_flops(const GptShape& g, int64_t batch, Recompute recompute) {
+  // forward, backward (2×), and what the recomputation runs again
+  const double again = recompute == Recompute::kFull        ? block_forward_flops(g, batch)
+                       : recompute == Recompute::kSelective ? attention_core_flops(g, batch)
+                                                            : 0.0;
+  return static_cast<double>(g.layers) * (3.0 * block_forward_flops(g, batch) + again) +
          3.0 * head_forward_flops(g, batch);
 }
 
-int64_t block_params(const GptShape& g) { return 12 * g.hidden * g.hidden + 13 * g.hidden; }
+int64_t block_params(const GptShape& g) {
+  const int64_t h = g.hidden, q = qkv_width(g), f = ffn_width(g);
+  const int64_t mlp = g.swiglu ? 3 * h * f + 2 * f + h : 2 * h * f + f + h;
+  return h * q + q + h * h + h + mlp + 4 * h;
+}
 
 int64_t model_params(const GptShape& g) {
   return g.layers * block_params(g) + g.vocab * g.hidden + g.seq * g.hidden + 2 * g.hidden;

@@ -14,19 +14,46 @@
 //   96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)),  without  72·B·s·l·h²·(…).
 
 #include <cstdint>
+#include <string>
 
 #include "sim/cluster.h"
 
 namespace psar::sim {
 
+// kv_heads < heads is grouped-query attention (K and V projected to
+// kv_heads·h/a columns each); ffn is the MLP's inner width (0: 4h);
+// swiglu: the MLP's first GEMM makes a gate and an up projection of ffn
+// columns each and multiplies silu(gate)·up (Llama), else one GEMM and GeLU.
+// Defaults give the GPT block of docs/simulate.md.
 struct GptShape {
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0;
+  int64_t kv_heads = 0;  // 0: heads (multi-head attention)
+  int64_t ffn = 0;       // 0: 4·hidden
+  bool swiglu = false;
 };
+int64_t kv_heads(const GptShape& g);
+int64_t ffn_width(const GptShape& g);
+// Columns of the QKV GEMM: h + 2·kv_heads·h/a.
+int64_t qkv_width(const GptShape& g);
+
+// Activation recomputation (train.recompute): none keeps every activation;
+// selective recomputes the attention core (scores, softmax, dropout, their
+// product with V) before the backward; full recomputes each block from its
+// input (Korthikanti et al. 2022).
+enum class Recompute { kNone, kSelective, kFull };
+// From "none", "selective" or "full"; ConfigError naming train.recompute.
+Recompute parse_recompute(const std::string& name);
+const char* recompute_name(Recompute r);
 
 double block_forward_flops(const GptShape& g, int64_t microbatch);
+// The attention core's share of it: 4·b·s²·h (scores and context GEMMs),
+// what selective recomputation runs again.
+double attention_core_flops(const GptShape& g, int64_t microbatch);
 double head_forward_flops(const GptShape& g, int64_t microbatch);
-// Every FLOP of one step of a batch of `batch` sequences (the whole model).
-double step_flops(const GptShape& g, int64_t batch, bool recompute);
+// Every FLOP of one step of a batch of `batch` sequences (the whole model),
+// the recomputed ones included (hardware FLOPs); with Recompute::kNone it is
+// the model FLOPs.
+double step_flops(const GptShape& g, int64_t batch, Recompute recompute);
 
 // Wave quantization (NVIDIA's GEMM performance guide): a GEMM's `batch`
 // output matrices of rows × cols are cut into tr × tc tiles (the last row
@@ -52,6 +79,8 @@ struct GemmSeconds {
   double forward = 0, input_grad = 0, weight_grad = 0;
 };
 GemmSeconds block_gemm_seconds(const GptShape& g, int64_t microbatch, int t, const GpuSpec& gpu);
+// The forward of the attention core's two GEMMs alone (scores, context).
+double attention_core_seconds(const GptShape& g, int64_t microbatch, int t, const GpuSpec& gpu);
 GemmSeconds head_gemm_seconds(const GptShape& g, int64_t microbatch, int t, const GpuSpec& gpu);
 
 // Bytes the memory-bound kernels of one block's forward move on one GPU of
@@ -68,11 +97,42 @@ GemmSeconds head_gemm_seconds(const GptShape& g, int64_t microbatch, int t, cons
 // each of its halves. Their time is
 // bytes / gpu.memory_bandwidth: it grows with b·s·h and b·a·s² where the
 // GEMMs grow with b·s·h², so it weighs most on small hidden sizes.
+// With `sequence_parallel` the layer norms, dropouts and residual adds run on
+// 1/t of the sequence: their terms divide by t. SwiGLU's activation reads
+// two inputs of b·s·ffn/t and writes one (3·b·s·ffn/t·dtype); GeLU reads
+// and writes one (2·b·s·ffn/t·dtype, ffn = 4h above).
 double block_memory_bytes(const GptShape& g, int64_t microbatch, int t, int dtype,
-                          bool flash = false);
+                          bool flash = false, bool sequence_parallel = false);
+// The softmax and dropout terms alone (0 with flash): what selective
+// recomputation moves again.
+double attention_core_memory_bytes(const GptShape& g, int64_t microbatch, int t, int dtype,
+                                   bool flash);
 
-// Parameters: a block 12h² + 13h, the embedding V·h + s·h (the head is tied
-// to it), the final layer norm 2h.
+// What one block keeps for its backward, one micro-batch, one GPU of a TP
+// group of t (Korthikanti et al. 2022, eqs. 1–6; 16-bit activations and
+// 1-byte dropout masks, scaled by dtype/2). Without sequence parallelism
+//   replicated: s·b·h·10 (two LN inputs, the QKV and fc1 inputs, two masks)
+//   split over t: Q, K, V for the scores and the context 2·s·b·(h + 2·kv·h/a),
+//     the projection's input 2·s·b·h, the MLP 4·s·b·ffn (GeLU: its input and
+//     fc2's) or 6·s·b·ffn (SwiGLU: gate, up and their product)
+//   attention core 5·a·s²·b/t (softmax output 2, dropout mask 1, output 2)
+// — for the GPT block s·b·h·(10 + 24/t + 5·a·s/(h·t)). Sequence parallelism
+// splits the replicated part over t too: s·b·h/t·(34 + 5·a·s/h). Selective
+// recomputation drops the attention core; flash attention keeps instead
+// its fp32 softmax statistics, 4·a·s·b/t. Full recomputation keeps the
+// block's input, dtype·s·b·h (over t with sequence parallelism).
+struct ActivationOptions {
+  Recompute recompute = Recompute::kNone;
+  bool sequence_parallel = false;
+  bool flash = false;
+};
+double block_activation_bytes(const GptShape& g, int64_t microbatch, int t, int dtype_bytes,
+                              const ActivationOptions& options = {});
+
+// Parameters: a block h·q + q + h² + h (attention, q = qkv_width) + the
+// MLP's (2 or 3 for SwiGLU)·h·ffn + ffn (+ ffn for SwiGLU's gate) + h + two
+// layer norms 4h — for the GPT block 12h² + 13h; the embedding V·h + s·h
+// (the head is tied to it), the final layer norm 2h.
 int64_t block_params(const GptShape& g);
 int64_t model_params(const GptShape& g);
 

@@ -11,35 +11,33 @@ namespace psar::sim {
 
 using psar::detail::concat;
 
-double block_activation_bytes(const GptShape& g, int64_t b, int t, int dtype_bytes) {
-  const double sbh =
-      static_cast<double>(g.seq) * static_cast<double>(b) * static_cast<double>(g.hidden);
-  const double attention = 5.0 * static_cast<double>(g.heads) * static_cast<double>(g.seq) /
-                           (static_cast<double>(g.hidden) * t);
-  return sbh * (10.0 + 24.0 / t + attention) * dtype_bytes / 2.0;
-}
-
 Memory stage_memory(const StepSpec& s, int stage) {
   Memory m;
   m.stage = stage;
   m.params = stage_params(s, stage);
-  const double params = static_cast<double>(m.params);
-  m.weights = params * s.dtype_bytes;
-  m.gradients = params * s.grad_bytes;
-  m.optimizer = params * kAdamBytesPerParam;
+  const double params = static_cast<double>(m.params), d = s.dp;
+  m.weights = params * s.dtype_bytes / (s.zero >= 3 ? d : 1);
+  m.gradients = params * s.grad_bytes / (s.zero >= 2 ? d : 1);
+  m.optimizer = params * kAdamBytesPerParam / (s.zero >= 1 ? d : 1);
+  if (s.zero >= 3 && s.dp > 1)
+    m.gathered = 2.0 * static_cast<double>(block_params(s.model) / s.tp) * s.dtype_bytes;
 
   const pp::ScheduleShape shape{s.pp, s.microbatches, s.chunks, static_cast<int>(s.model.layers)};
   m.in_flight = s.pp == 1 ? 1 : pp::find_schedule(s.schedule).peak(shape, stage);
   int chunk_layers = 0;  // the stage's largest chunk
   for (int c = 0; c < s.chunks; ++c)
     chunk_layers = std::max(chunk_layers, s.vstage_layers[static_cast<size_t>(c * s.pp + stage)]);
-  const double full = block_activation_bytes(s.model, s.microbatch, s.tp, s.dtype_bytes);
-  const double kept = s.recompute
-                          ? static_cast<double>(s.dtype_bytes) *
-                                static_cast<double>(s.model.seq * s.microbatch * s.model.hidden)
-                          : full;
+  const ActivationOptions kept_by{s.recompute, s.sequence_parallel, s.flash_attention};
+  const double kept = block_activation_bytes(s.model, s.microbatch, s.tp, s.dtype_bytes, kept_by);
   m.activations = static_cast<double>(m.in_flight) * chunk_layers * kept;
-  if (s.recompute) m.activations += full;  // the block being recomputed
+  // The block being recomputed holds what the recomputation brings back.
+  ActivationOptions all = kept_by;
+  all.recompute = Recompute::kNone;
+  const double working = block_activation_bytes(s.model, s.microbatch, s.tp, s.dtype_bytes, all);
+  if (s.recompute == Recompute::kFull) m.activations += working;
+  if (s.recompute == Recompute::kSelective)
+    m.activations += working - block_activation_bytes(s.model, s.microbatch, s.tp,
+                                                      s.dtype_bytes, kept_by);
   if (stage == s.pp - 1)
     m.activations += static_cast<double>(kLogitBytes) * static_cast<double>(s.microbatch) *
                      static_cast<double>(s.model.seq) * static_cast<double>(s.model.vocab) / s.tp;
@@ -86,6 +84,28 @@ Plan plan(const ClusterSpec& cluster, const PlanOptions& o) {
                              ": no tensor-parallel degree t dividing cluster.gpus_per_node = ",
                              cluster.gpus_per_node, " divides both"));
 
+  if (o.memory_margin < 0 || o.memory_margin >= 1)
+    throw ConfigError(concat("cluster.gpu.memory_margin = ", o.memory_margin,
+                             ": the share of memory kept free must be in [0, 1)"));
+  const double usable = static_cast<double>(cluster.gpu.memory) * (1 - o.memory_margin);
+  std::vector<const pp::ScheduleEntry*> schedules;
+  for (const pp::ScheduleEntry& e : pp::schedule_registry())
+    if (o.schedules.empty() || std::ranges::find(o.schedules, e.name) != o.schedules.end())
+      schedules.push_back(&e);
+  if (schedules.empty()) throw ConfigError("parallel.schedule: no registered schedule to plan with");
+  const pp::ScheduleEntry* first_plain = nullptr;
+  for (const pp::ScheduleEntry* e : schedules)
+    if (!first_plain && e->caps.max_chunks == 1) first_plain = e;
+  // v: the given list, or every v for which p·v divides the layers.
+  auto chunk_list = [&](int p) {
+    if (!o.chunks.empty()) return o.chunks;
+    std::vector<int> out;
+    for (int v = 1; p * v <= g.layers; ++v)
+      if (v == 1 || g.layers % (p * v) == 0) out.push_back(v);
+    return out;
+  };
+  auto sp = [&](int t) { return o.sequence_parallel && t > 1; };
+
   Plan out;
   out.smallest_total = std::numeric_limits<double>::infinity();
   bool batch_usable = false;
@@ -98,40 +118,49 @@ Plan plan(const ClusterSpec& cluster, const PlanOptions& o) {
       for (int64_t b : o.microbatches) {
         if (b < 1 || (o.batch / d) % b != 0) continue;
         const int m = static_cast<int>(o.batch / d / b);
-        for (int v : o.chunks) {
-          if (v < 1 || (p == 1 && v > 1)) continue;
-          if (p > 1 && m < p) continue;  // 1F1B and interleaved need m ≥ p
-          if (v > 1 && (m % p != 0 || g.layers % (p * v) != 0)) continue;
-          batch_usable = true;
-          for (int sg = 0; sg < (t > 1 && p > 1 ? 2 : 1); ++sg) {
-            StepSpec s;
-            s.model = g;
-            s.pp = p;
-            s.tp = t;
-            s.dp = d;
-            s.order = o.order;
-            s.batch = o.batch;
-            s.microbatches = m;
-            s.microbatch = b;
-            s.chunks = v;
-            s.schedule = v > 1 ? "interleaved" : "1f1b";
-            s.scatter_gather = sg == 1;
-            s.vstage_layers = pp::partition_layers(static_cast<int>(g.layers), p, v);
-            s.sync = o.sync;
-            s.tp_allreduce = o.tp_allreduce;
-            s.recompute = o.recompute;
-            s.dtype_bytes = o.dtype_bytes;
-            s.grad_bytes = o.grad_bytes;
-            const Memory mem = peak_memory(s);
-            ++out.enumerated;
-            if (mem.total() < out.smallest_total) {
-              out.smallest_total = mem.total();
-              out.smallest = s;
+        for (const pp::ScheduleEntry* e : schedules) {
+          for (int v : chunk_list(p)) {
+            // An interleaved schedule at v = 1 is 1F1B: tried once, as 1F1B.
+            // Without a pipeline every schedule is the same: tried once.
+            if (p == 1 ? v > 1 || e != first_plain : (v > 1) != (e->caps.max_chunks > 1))
+              continue;
+            const pp::ScheduleShape shape{p, m, v, static_cast<int>(g.layers)};
+            if (p > 1 && !pp::admits(e->caps, shape)) continue;
+            if (v > 1 && g.layers % (p * v) != 0) continue;
+            batch_usable = true;
+            for (int sg = 0; sg < (t > 1 && p > 1 && !sp(t) ? 2 : 1); ++sg) {
+              StepSpec s;
+              s.model = g;
+              s.pp = p;
+              s.tp = t;
+              s.dp = d;
+              s.order = o.order;
+              s.batch = o.batch;
+              s.microbatches = m;
+              s.microbatch = b;
+              s.chunks = v;
+              s.schedule = p == 1 ? "1f1b" : e->name;
+              s.scatter_gather = sg == 1;
+              s.vstage_layers = pp::partition_layers(static_cast<int>(g.layers), p, v);
+              s.sync = o.sync;
+              s.tp_allreduce = o.tp_allreduce;
+              s.recompute = o.recompute;
+              s.sequence_parallel = sp(t);
+              s.flash_attention = o.flash_attention;
+              s.zero = d > 1 ? o.zero : 0;
+              s.dtype_bytes = o.dtype_bytes;
+              s.grad_bytes = o.grad_bytes;
+              const Memory mem = peak_memory(s);
+              ++out.enumerated;
+              if (mem.total() < out.smallest_total) {
+                out.smallest_total = mem.total();
+                out.smallest = s;
+              }
+              if (mem.total() > usable) continue;
+              StepResult r = simulate_step(cluster, s);
+              r.order.clear();
+              out.ranked.push_back({s, mem, std::move(r)});
             }
-            if (mem.total() > static_cast<double>(cluster.gpu.memory)) continue;
-            StepResult r = simulate_step(cluster, s);
-            r.order.clear();
-            out.ranked.push_back({s, mem, std::move(r)});
           }
         }
       }
@@ -143,7 +172,8 @@ Plan plan(const ClusterSpec& cluster, const PlanOptions& o) {
                              "sizes tried"));
   if (out.ranked.empty())
     throw ConfigError(concat("cluster.gpu.memory = ", cluster.gpu.memory / double(1 << 30),
-                             " GiB: the model fits at no grid of ", n,
+                             " GiB (", 100 * (1 - o.memory_margin),
+                             " % usable, cluster.gpu.memory_margin): the model fits at no grid of ", n,
                              " GPUs; the least any needs is ", out.smallest_total / double(1 << 30),
                              " GiB (p=", out.smallest.pp, " t=", out.smallest.tp,
                              " d=", out.smallest.dp, " b=", out.smallest.microbatch, ")"));

@@ -1,28 +1,35 @@
 #pragma once
 // The parallelism planner of `psar plan` (docs/simulate.md): every grid
-// (p, t, d), micro-batch b (m = B / (d·b)), schedule (1F1B, or interleaved
-// over v chunks) and scatter/gather that fits in one GPU's memory, ranked by
-// the simulated step (sim/step.h). The memory of a GPU is the sum of four
-// terms, each per GPU of its pipeline stage, and a grid fits when its
-// fullest stage fits:
+// (p, t, d), micro-batch b (m = B / (d·b)), schedule of the registry whose
+// capabilities admit the shape (modelpar/pp/generators.h: ScheduleCaps), v
+// from every count of chunks with L divisible by p·v (v > 1 for interleaved
+// schedules only), and scatter/gather that fits in one GPU's memory, ranked
+// by the simulated step (sim/step.h). The memory of a GPU is the sum of
+// five terms, each per GPU of its pipeline stage, and a grid fits when its
+// fullest stage fits in (1 − memory_margin) of the GPU's memory (the margin
+// stands for the allocator's fragmentation and the CUDA context):
 //
-//   weights      P_stage · dtype_bytes     (16-bit weights)
-//   gradients    P_stage · grad_bytes      (Megatron keeps fp32 main gradients)
+//   weights      P_stage · dtype_bytes     (16-bit weights; ZeRO-3: over d)
+//   gradients    P_stage · grad_bytes      (Megatron keeps fp32 main gradients;
+//                                           ZeRO-2 and 3: over d)
 //   optimizer    P_stage · 12              (Adam: fp32 master weight, m and v;
-//                                           not sharded over d)
-//   activations  in_flight · layers per chunk · A_layer (+ one layer's working
-//                set with recomputation) (+ the fp32 logits of one
-//                micro-batch on the last stage, 4·b·s·V/t)
+//                                           ZeRO 1–3 (Megatron's distributed
+//                                           optimizer is ZeRO-1): over d)
+//   gathered     ZeRO-3: two blocks' weights, dtype_bytes · 2·block/t (the
+//                block in use and the prefetched next)
+//   activations  in_flight · layers per chunk · A_layer (sim/gpt_cost.h,
+//                block_activation_bytes: recomputation, sequence parallelism,
+//                flash attention) + the working set of the block being
+//                recomputed (full: A_layer without recomputation; selective:
+//                its attention core) + the fp32 logits of one micro-batch on
+//                the last stage, 4·b·s·V/t
 //
 // P_stage is sim::stage_params. in_flight is the schedule's own peak count
 // of (micro-batch, chunk) forwards a stage holds (the `peak` of the
 // modelpar/pp registry): 1F1B, stage r holds p − r micro-batches;
 // interleaved, Megatron's warm-up count min(2(p − r − 1) + (v − 1)·p + 1, m·v)
 // chunks of L/(p·v) layers (m·v on every stage when m = p: all forwards first) — for stage 0 this
-// is L·(1 + (p − 1)/(p·v)) layers' worth, the factor of Korthikanti et al. 2022. A_layer, what one
-// block keeps for its backward (Korthikanti et al. 2022, tensor parallel without sequence
-// parallelism, 16-bit activations): s·b·h·(10 + 24/t + 5·a·s/(h·t)) bytes;
-// with full recomputation only the block's input, dtype_bytes·s·b·h.
+// is L·(1 + (p − 1)/(p·v)) layers' worth, the factor of Korthikanti et al. 2022.
 
 #include <cstdint>
 #include <string>
@@ -43,13 +50,9 @@ struct Memory {
   int stage = 0;       // the fullest stage
   int64_t params = 0;  // parameters per GPU there
   int in_flight = 0;   // (micro-batch, chunk) activations it holds at its peak
-  double weights = 0, gradients = 0, optimizer = 0, activations = 0;
-  double total() const { return weights + gradients + optimizer + activations; }
+  double weights = 0, gradients = 0, optimizer = 0, gathered = 0, activations = 0;
+  double total() const { return weights + gradients + optimizer + gathered + activations; }
 };
-
-// One block's activations kept for the backward, one micro-batch, one GPU of
-// a TP group of t, without recomputation (the formula above).
-double block_activation_bytes(const GptShape& g, int64_t microbatch, int tp, int dtype_bytes);
 // The memory of one GPU of pipeline stage `stage`, and of the fullest stage.
 Memory stage_memory(const StepSpec& spec, int stage);
 Memory peak_memory(const StepSpec& spec);
@@ -58,9 +61,14 @@ struct PlanOptions {
   GptShape model;
   int64_t batch = 0;                              // B
   std::vector<int64_t> microbatches{1, 2, 4, 8};  // b to try
-  std::vector<int> chunks{1, 2, 4};               // v to try: 1 is 1F1B, more is interleaved
-  std::vector<int> tps;                           // t to try; empty: every divisor of the node
-  bool recompute = false;
+  std::vector<int> chunks;  // v to try; empty: every v with L divisible by p·v
+  std::vector<int> tps;     // t to try; empty: every divisor of the node
+  std::vector<std::string> schedules;  // empty: every registered schedule
+  Recompute recompute = Recompute::kNone;
+  bool sequence_parallel = false;  // where t > 1
+  bool flash_attention = false;
+  int zero = 0;                 // sync.zero
+  double memory_margin = 0;     // share of the GPU's memory kept free
   int dtype_bytes = 2, grad_bytes = 4;
   std::string sync = "ring", tp_allreduce = "ring", order = "tp-dp-pp";
 };

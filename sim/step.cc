@@ -77,6 +77,14 @@ void check_step(const StepSpec& s, const ClusterSpec& c) {
     throw ConfigError("sync.backend = ps: the simulator's parameter server syncs data "
                       "parallelism only (parallel.pp = parallel.tp = 1)");
   if (s.sync != "ps") find_allreducer(s.sync);
+  if (s.sequence_parallel && s.tp < 2)
+    throw ConfigError("parallel.sequence_parallel needs parallel.tp > 1 (it splits the "
+                      "sequence over the tensor-parallel group)");
+  if (s.zero < 0 || s.zero > 3)
+    throw ConfigError(concat("sync.zero = ", s.zero, ": expected 0, 1, 2 or 3"));
+  if (s.zero > 0 && s.sync == "ps")
+    throw ConfigError("sync.zero > 0 with sync.backend = ps: ZeRO shards over an allreduce "
+                      "backend's reduce-scatter and all-gather");
   find_allreducer(s.tp_allreduce);
   if (static_cast<int>(s.vstage_layers.size()) != s.pp * s.chunks)
     throw ConfigError(concat("parallel.stage_layers: ", s.vstage_layers.size(),
@@ -94,13 +102,26 @@ int64_t stage_params(const StepSpec& s, int stage) {
   return params / s.tp;
 }
 
+GptShape gpt_shape_from_config(const Config& c) {
+  GptShape g{c.get_int("model.layers"), c.get_int("model.d_model"), c.get_int("model.heads"),
+             c.get_int("model.seq_len"), c.get_int("model.vocab")};
+  g.kv_heads = c.get_int("simulate.kv_heads");
+  g.ffn = c.get_int("simulate.ffn");
+  g.swiglu = c.get_string("simulate.mlp") == "swiglu";
+  if (g.kv_heads < 0 || g.ffn < 0)
+    throw ConfigError("simulate.kv_heads and simulate.ffn must be at least 0 (0: the default)");
+  if (g.kv_heads > 0 && g.heads % g.kv_heads != 0)
+    throw ConfigError(concat("simulate.kv_heads = ", g.kv_heads, " does not divide model.heads = ",
+                             g.heads));
+  return g;
+}
+
 StepSpec step_from_config(const Config& c, const ClusterSpec& cluster) {
   if (c.get_string("model.type") != "gpt")
     throw ConfigError("model.type = " + c.get_string("model.type") +
                       ": psar simulate models a GPT (model.type: gpt)");
   StepSpec s;
-  s.model = {c.get_int("model.layers"), c.get_int("model.d_model"), c.get_int("model.heads"),
-             c.get_int("model.seq_len"), c.get_int("model.vocab")};
+  s.model = gpt_shape_from_config(c);
   s.tp = static_cast<int>(c.get_int("parallel.tp"));
   s.pp = static_cast<int>(c.get_int("parallel.pp"));
   if (s.tp < 1 || s.pp < 1) throw ConfigError("parallel.tp and parallel.pp must be at least 1");
@@ -137,7 +158,9 @@ StepSpec step_from_config(const Config& c, const ClusterSpec& cluster) {
     throw ConfigError("ps.chunk_bytes and sync.bucket_bytes must be positive");
   s.tp_allreduce = c.get_string("parallel.tp_allreduce");
   s.segment_bytes = c.get_bytes("sync.segment_bytes");
-  s.recompute = c.get_bool("simulate.recompute");
+  s.recompute = parse_recompute(c.get_string("train.recompute"));
+  s.sequence_parallel = c.get_bool("parallel.sequence_parallel");
+  s.zero = static_cast<int>(c.get_int("sync.zero"));
   s.flash_attention = c.get_bool("simulate.flash_attention");
   s.dtype_bytes = static_cast<int>(c.get_int("simulate.dtype_bytes"));
   s.grad_bytes = static_cast<int>(c.get_int("simulate.grad_bytes"));
@@ -166,9 +189,18 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
     std::vector<int> ranks, node;
     for (int j = 0; j < t; ++j) ranks.push_back(gpu(j, 0, 0));
     for (int r : ranks) node.push_back(r / cluster.gpus_per_node);
-    const Program list = allreduce_program(s.tp_allreduce, t, stream, ar_options, node);
-    out.tp_allreduce_s =
-        run_groups(net, {{&list, ranks, 0.0, static_cast<double>(s.dtype_bytes)}})[0];
+    if (s.sequence_parallel) {  // a reduce-scatter and an all-gather in place of each
+      const ProgramShape shape{.ranks = t, .count = stream, .segment_bytes = s.segment_bytes,
+                               .dtype = ElementType::kFp32, .root = 0, .node = node};
+      const Program rs = ring_reduce_scatter_program(shape), ag = ring_all_gather_program(shape);
+      const double D = s.dtype_bytes;
+      out.tp_allreduce_s = run_groups(net, {{&rs, ranks, 0.0, D}})[0] +
+                           run_groups(net, {{&ag, ranks, 0.0, D}})[0];
+    } else {
+      const Program list = allreduce_program(s.tp_allreduce, t, stream, ar_options, node);
+      out.tp_allreduce_s =
+          run_groups(net, {{&list, ranks, 0.0, static_cast<double>(s.dtype_bytes)}})[0];
+    }
   }
 
   // Compute of one action from its layers' GEMMs (sim/gpt_cost.h), their
@@ -179,16 +211,55 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
   const GemmSeconds head = head_gemm_seconds(s.model, s.microbatch, t, cluster.gpu);
   const double memory_s =
       cluster.gpu.memory_bandwidth > 0
-          ? block_memory_bytes(s.model, s.microbatch, t, s.dtype_bytes, s.flash_attention) /
+          ? block_memory_bytes(s.model, s.microbatch, t, s.dtype_bytes, s.flash_attention,
+                               s.sequence_parallel) /
                 cluster.gpu.memory_bandwidth
           : 0.0;
+  // What the recomputation runs before each block's backward: the whole
+  // forward (full), or the attention core's two GEMMs, its softmax and
+  // dropout (selective: four kernels, no TP communication).
+  const double core_s =
+      attention_core_seconds(s.model, s.microbatch, t, cluster.gpu) + kAttentionCoreKernels * ovh +
+      (cluster.gpu.memory_bandwidth > 0
+           ? attention_core_memory_bytes(s.model, s.microbatch, t, s.dtype_bytes,
+                                         s.flash_attention) /
+                 cluster.gpu.memory_bandwidth
+           : 0.0);
+  const double bw = cluster.gpu.memory_bandwidth;
+  const double logits = static_cast<double>(s.microbatch) * static_cast<double>(s.model.seq) *
+                        static_cast<double>(s.model.vocab) / t;
+  const double ce_f = bw > 0 ? logits * (s.dtype_bytes + kCrossEntropyForwardBytes) / bw : 0.0,
+               ce_b = bw > 0 ? logits * (s.dtype_bytes + kCrossEntropyBackwardBytes) / bw : 0.0;
   const double block_k = kKernelsPerBlockForward * ovh + memory_s,
                head_k = kKernelsHeadForward * ovh;
   const double block_f = block.forward + block_k, block_bi = block.input_grad + block_k,
                block_bw = block.weight_grad + block_k;
-  const double head_f = head.forward + head_k, head_bi = head.input_grad + head_k,
+  const double head_f = head.forward + head_k + ce_f, head_bi = head.input_grad + head_k + ce_b,
                head_bw = head.weight_grad + head_k;
   const double tp2 = 2 * out.tp_allreduce_s;  // g forward, or f backward, per block
+  const bool full = s.recompute == Recompute::kFull;
+  const double again_s = full ? block_f : s.recompute == Recompute::kSelective ? core_s : 0.0;
+  const double again_tp = full ? tp2 : 0.0;
+  // ZeRO-3: one block's weights all-gathered over the data-parallel group
+  // (16-bit) and its gradients reduce-scattered (sync.dtype), on the
+  // communication stream; an action of k blocks waits for the first
+  // gather and then runs at the slower of its compute and the stream.
+  double zero3_gather = 0, zero3_scatter = 0;
+  if (s.zero == 3 && d > 1) {
+    std::vector<int> ranks, node;
+    for (int i = 0; i < d; ++i) ranks.push_back(gpu(0, i, 0));
+    for (int r : ranks) node.push_back(r / cluster.gpus_per_node);
+    const ProgramShape shape{.ranks = d, .count = block_params(s.model) / t,
+                             .segment_bytes = s.segment_bytes, .dtype = ElementType::kFp32,
+                             .root = 0, .node = node};
+    const Program ag = ring_all_gather_program(shape), rs = ring_reduce_scatter_program(shape);
+    zero3_gather = run_groups(net, {{&ag, ranks, 0.0, static_cast<double>(s.dtype_bytes)}})[0];
+    zero3_scatter = run_groups(net, {{&rs, ranks, 0.0, static_cast<double>(element_size(s.sync_dtype))}})[0];
+  }
+  auto streamed = [&](double compute, double layers, double per_layer) {
+    if (per_layer <= 0 || layers <= 0) return compute;
+    return per_layer + std::max(compute, (layers - 1) * per_layer);
+  };
   const pp::Schedule schedule =
       pp::make_schedule(s.schedule, {p, s.microbatches, v, static_cast<int>(s.model.layers)});
   struct Cost {
@@ -198,29 +269,39 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
     const int u = schedule.virtual_stage(stage, a.chunk);
     const double layers = s.vstage_layers[static_cast<size_t>(u)];
     const bool head = u == schedule.virtual_stages() - 1;
-    const double again = s.recompute ? 1 : 0;  // recomputed forward before the backward
+    Cost c;
+    double comm = 0;  // ZeRO-3's stream per block
     switch (a.op) {
       case pp::Op::kForward:
-        return Cost{layers * block_f + (head ? head_f : 0), layers * tp2};
+        c = {layers * block_f + (head ? head_f : 0), layers * tp2};
+        comm = zero3_gather;
+        break;
       case pp::Op::kBackward:
-        return Cost{layers * (block_bi + block_bw + again * block_f) +
-                        (head ? head_bi + head_bw : 0),
-                    layers * (1 + again) * tp2};
+        c = {layers * (block_bi + block_bw + again_s) + (head ? head_bi + head_bw : 0),
+             layers * (tp2 + again_tp)};
+        comm = zero3_gather + zero3_scatter;
+        break;
       case pp::Op::kBackwardInput:
-        return Cost{layers * (block_bi + again * block_f) + (head ? head_bi : 0),
-                    layers * (1 + again) * tp2};
+        c = {layers * (block_bi + again_s) + (head ? head_bi : 0), layers * (tp2 + again_tp)};
+        comm = zero3_gather;
+        break;
       case pp::Op::kBackwardWeight:
-        return Cost{layers * block_bw + (head ? head_bw : 0), 0.0};
+        c = {layers * block_bw + (head ? head_bw : 0), 0.0};
+        comm = zero3_scatter;
+        break;
     }
-    return Cost{};
+    c.compute = streamed(c.compute + c.tp, layers, comm) - c.tp;
+    return c;
   };
 
   // Transfers between stages: every replica's TP group sends at once; with
   // scatter/gather each TP rank sends 1/t and the receivers all-gather.
-  const bool sg = s.scatter_gather && t > 1;
+  // With sequence parallelism the activation is split over the TP group
+  // already: each rank sends its 1/t and nothing is gathered.
+  const bool sg = (s.scatter_gather || s.sequence_parallel) && t > 1;
   const int64_t wire = sg ? Partition{stream, t}.largest() : stream;
   double gather_s = 0;
-  if (sg) {
+  if (sg && !s.sequence_parallel) {
     const Program ag = ring_all_gather_program(ProgramShape{.ranks = t, .count = stream, .segment_bytes = s.segment_bytes, .dtype = ElementType::kFp32, .root = 0, .node = {}});
     std::vector<int> ranks;
     for (int j = 0; j < t; ++j) ranks.push_back(gpu(j, 0, 0));
@@ -296,6 +377,17 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
   // overlap each starts when its stage's last action is done and syncs the
   // stage's whole gradient; with overlap, bucket by bucket (below).
   double done = out.pipeline_s;
+  // Each stage's optimizer step on the shard its GPUs step.
+  std::vector<double> opt(static_cast<size_t>(p), 0.0);
+  for (int st = 0; st < p; ++st)
+    if (bw > 0)
+      opt[static_cast<size_t>(st)] = static_cast<double>(out.stages[static_cast<size_t>(st)].params) /
+                                     (s.zero > 0 ? d : 1) * kAdamStepBytesPerParam / bw;
+  const bool step_inside_sync = d > 1 && (s.zero == 1 || s.zero == 2);
+  auto stepped = [&](std::vector<double> at) {  // the RS ends, plus the step
+    for (int st = 0; st < p; ++st) at[static_cast<size_t>(st)] += opt[static_cast<size_t>(st)];
+    return at;
+  };
   // By gradient count and the group's node map (what the hierarchical
   // program reads; the others ignore it).
   std::map<std::pair<int64_t, std::vector<int>>, Program> lists;
@@ -309,8 +401,40 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
     auto [it, fresh] = lists.try_emplace({count, node});
     if (fresh)
       it->second = s.sync == "ps" ? ps_program(d, s.ps_servers, count, ps_chunk)
-                                  : allreduce_program(s.sync, d, count, dp_options, node);
+                   : s.zero > 0
+                       ? ring_reduce_scatter_program({.ranks = d, .count = count,
+                                                      .segment_bytes = s.segment_bytes,
+                                                      .dtype = s.sync_dtype, .root = 0,
+                                                      .node = node})
+                       : allreduce_program(s.sync, d, count, dp_options, node);
     return &it->second;
+  };
+  // ZeRO 1 and 2: once a stage's gradients are reduce-scattered and its
+  // shard stepped, its 16-bit weights are all-gathered (every group at once).
+  std::map<int64_t, Program> gathers;
+  auto gather_weights = [&](const std::vector<double>& from) {
+    std::vector<GroupRun> runs;
+    for (int st = 0; st < p; ++st)
+      for (int j = 0; j < t; ++j) {
+        const int64_t count = out.stages[static_cast<size_t>(st)].params;
+        auto [it, fresh] = gathers.try_emplace(count);
+        if (fresh)
+          it->second = ring_all_gather_program({.ranks = d, .count = count,
+                                                .segment_bytes = s.segment_bytes,
+                                                .dtype = ElementType::kFp32, .root = 0,
+                                                .node = {}});
+        std::vector<int> gpus;
+        for (int i = 0; i < d; ++i) gpus.push_back(gpu(j, i, st));
+        runs.push_back({&it->second, gpus, from[static_cast<size_t>(st)],
+                        static_cast<double>(s.dtype_bytes)});
+      }
+    const std::vector<double> ends = run_groups(net, runs);
+    std::vector<double> stage_done(static_cast<size_t>(p), 0.0);
+    for (size_t k = 0; k < ends.size(); ++k) {
+      double& at = stage_done[k / static_cast<size_t>(t)];
+      at = std::max(at, ends[k]);
+    }
+    return stage_done;
   };
   auto group = [&](int st, int j, int64_t count, double start) {
     std::vector<int> gpus;
@@ -321,7 +445,9 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
                                         : r.endpoint[static_cast<size_t>(k % d)]);
     return r;
   };
-  if (d > 1 && !s.overlap) {
+  if (d > 1 && s.zero == 3) {
+    // Gathered and scattered block by block inside the actions (above).
+  } else if (d > 1 && !s.overlap) {
     std::vector<GroupRun> runs;
     std::vector<int> run_stage;
     for (int st = 0; st < p; ++st)
@@ -330,7 +456,15 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
                              stage_end[static_cast<size_t>(st)]));
         run_stage.push_back(st);
       }
-    const std::vector<double> ends = run_groups(net, runs);
+    std::vector<double> ends = run_groups(net, runs);
+    if (s.zero > 0) {
+      std::vector<double> scattered(static_cast<size_t>(p), 0.0);
+      for (size_t k = 0; k < ends.size(); ++k)
+        scattered[static_cast<size_t>(run_stage[k])] =
+            std::max(scattered[static_cast<size_t>(run_stage[k])], ends[k]);
+      const std::vector<double> gathered = gather_weights(stepped(scattered));
+      for (size_t k = 0; k < ends.size(); ++k) ends[k] = gathered[static_cast<size_t>(run_stage[k])];
+    }
     for (size_t k = 0; k < ends.size(); ++k) {
       auto& times = out.stages[static_cast<size_t>(run_stage[k])];
       times.sync_s = std::max(times.sync_s, ends[k] - times.end_s);
@@ -374,11 +508,10 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
         const int u = schedule.virtual_stage(st, span->action.chunk);
         const int layers = s.vstage_layers[static_cast<size_t>(u)];
         const bool fused = span->action.op == pp::Op::kBackward;
-        const double again = s.recompute ? 1 : 0;
         const double w_head = u == schedule.virtual_stages() - 1
                                   ? (fused ? head_bi + head_bw : head_bw) : 0.0;
         const double w_layer =
-            fused ? block_bi + block_bw + again * (block_f) + (1 + again) * tp2 : block_bw;
+            fused ? block_bi + block_bw + again_s + tp2 + again_tp : block_bw;
         const double total = w_head + layers * w_layer;
         const double scale = total > 0 ? (span->end - span->start) / total : 0.0;
         for (int l = 0; l < layers; ++l, ++blocks) {
@@ -418,6 +551,12 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
         at = std::max(at, ends[r]);
       }
     }
+    if (s.zero > 0) {
+      for (int st = 0; st < p; ++st)
+        free_at[static_cast<size_t>(st)] =
+            std::max(free_at[static_cast<size_t>(st)], out.stages[static_cast<size_t>(st)].end_s);
+      free_at = gather_weights(stepped(free_at));
+    }
     for (int st = 0; st < p; ++st) {
       auto& times = out.stages[static_cast<size_t>(st)];
       const double end = std::max(free_at[static_cast<size_t>(st)], times.end_s);
@@ -425,11 +564,18 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
       done = std::max(done, end);
     }
   }
+  for (int st = 0; st < p; ++st) {
+    auto& times = out.stages[static_cast<size_t>(st)];
+    times.optimizer_s = opt[static_cast<size_t>(st)];
+    done = std::max(done, times.end_s + times.sync_s + (step_inside_sync ? 0.0 : times.optimizer_s));
+  }
   out.step_s = done;
   out.sync_exposed_s = done - out.pipeline_s;
   out.gpus = cluster.gpus();
   out.flops = step_flops(g, s.batch, s.recompute);
   out.tflops_per_gpu = out.flops / (out.step_s * out.gpus) / 1e12;
+  out.model_flops = step_flops(g, s.batch, Recompute::kNone);
+  out.mfu = out.model_flops / (out.step_s * out.gpus * cluster.gpu.peak_flops);
   return out;
 }
 

@@ -36,6 +36,18 @@ namespace psar::sim {
 inline constexpr int kKernelsPerBlockForward = 13;
 // The head's forward: logits GEMM, cross-entropy.
 inline constexpr int kKernelsHeadForward = 2;
+// The optimizer step, memory-bound: per parameter Adam reads the fp32
+// gradient (4), reads and writes the fp32 master weight, m and v (3 · 8) and
+// writes the 16-bit weight (2) — 30 bytes at cluster.gpu.memory_bandwidth,
+// over the shard a GPU steps (1/d with ZeRO). Counted, not fitted.
+inline constexpr int kAdamStepBytesPerParam = 30;
+// The vocabulary-parallel cross-entropy over the b·s·V/t logits, per
+// element: forward reads the 16-bit logits and writes and rereads fp32
+// probabilities (dtype + 8), backward reads them and writes the 16-bit
+// gradient (4 + dtype). Counted, not fitted.
+inline constexpr int kCrossEntropyForwardBytes = 8, kCrossEntropyBackwardBytes = 4;
+// Selective recomputation's kernels: scores GEMM, softmax, dropout, context GEMM.
+inline constexpr int kAttentionCoreKernels = 4;
 
 struct StepSpec {
   GptShape model;
@@ -58,7 +70,19 @@ struct StepSpec {
   int64_t bucket_bytes = 1 << 20;
   std::string tp_allreduce = "ring";
   int64_t segment_bytes = 512 * 1024;
-  bool recompute = false;
+  Recompute recompute = Recompute::kNone;  // train.recompute
+  // parallel.sequence_parallel (t > 1): each block's two TP all-reduces per
+  // pass become a reduce-scatter and an all-gather (ring programs on the TP
+  // group), the layer norms, dropouts and residual adds run on s/t tokens,
+  // and a stage sends 1/t of the activation to the next (no all-gather).
+  bool sequence_parallel = false;
+  // sync.zero (an allreduce sync): 1 and 2 reduce-scatter the gradients over
+  // the data-parallel group and all-gather the updated 16-bit weights after
+  // the step (ring programs); 3 all-gathers each block's weights before its
+  // forward and its backward, prefetched one block ahead, and
+  // reduce-scatters its gradients after its backward, on the communication
+  // stream beside the compute.
+  int zero = 0;
   bool flash_attention = false;  // the scores never reach GPU memory (block_memory_bytes)
   int dtype_bytes = 2;  // activations and TP all-reduces
   int grad_bytes = 4;   // one gradient element in memory and on the PS's wire
@@ -73,6 +97,10 @@ struct StepSpec {
 // cluster.gpus_per_node, p·t not dividing the GPUs, B not a multiple of d·m,
 // heads or hidden not divisible by t, a model that is not a GPT, vocab 0).
 StepSpec step_from_config(const Config& config, const ClusterSpec& cluster);
+// The model's shape from model.layers, d_model, heads, seq_len, vocab and
+// simulate.kv_heads, ffn, mlp; ConfigError naming the key for a negative
+// width or a kv_heads that does not divide model.heads.
+GptShape gpt_shape_from_config(const Config& config);
 // The same checks on a spec built in code (the planner's).
 void check_step(const StepSpec& spec, const ClusterSpec& cluster);
 
@@ -86,20 +114,23 @@ struct StageTimes {
   double tp_s = 0;       // Σ tensor-parallel all-reduces inside its actions
   double idle_s = 0;     // pipeline makespan − compute − tp: bubble and transfer waits
   double end_s = 0;      // its last action ends
-  double sync_s = 0;     // its data-parallel sync, from end_s to done
+  double sync_s = 0;     // its data-parallel sync, from end_s to done (ZeRO 1, 2: with the step)
+  double optimizer_s = 0;  // its optimizer step (kAdamStepBytesPerParam)
   int64_t params = 0;    // parameters one of its GPUs holds
 };
 
 struct StepResult {
   double step_s = 0;
   double pipeline_s = 0;         // makespan of the schedule
-  double sync_exposed_s = 0;     // step_s − pipeline_s
+  double sync_exposed_s = 0;     // step_s − pipeline_s: the sync and the optimizer step
   double bubble_fraction = 0;    // pp::Prediction's: idle over busy
   double idle_share = 0;         // idle over p·makespan
   double tp_allreduce_s = 0;     // one all-reduce of [b, s, h]
   double transfer_s = 0;         // one activation from stage 0 to 1 (0 if p = 1)
-  double flops = 0;              // of the step, all GPUs (sim/gpt_cost.h's count)
+  double flops = 0;              // of the step, all GPUs, recomputation included
   double tflops_per_gpu = 0;     // flops / (step_s · GPUs) / 1e12
+  double model_flops = 0;        // without the recomputed FLOPs
+  double mfu = 0;                // model_flops / (step_s · GPUs · peak)
   int gpus = 0;
   std::vector<StageTimes> stages;
   // Replica 0's actions per stage, in the order the replay ran them.

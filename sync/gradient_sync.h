@@ -60,6 +60,17 @@ class GradientSync {
   // where a backend can average fewer than the group (the parameter server
   // under ps.on_worker_failure: continue); 0 = the whole group.
   virtual int averaged() const { return 0; }
+  // Sparse models (docs/sparse.md): before each step, the rows of
+  // SyncInit::sparse this rank's batch touched (ascending, unique; every
+  // other row's gradient is zero). Dense backends ignore them.
+  virtual void set_touched_rows(std::span<const int64_t>) {}
+};
+
+// A sparse model's embedding tables: the arena's head [0, floats) as rows
+// of row_floats floats (docs/sparse.md); floats = 0 for a dense model.
+struct SparseRows {
+  int64_t floats = 0;
+  int64_t row_floats = 0;
 };
 
 // Where and when the run checkpoints, and the step it resumes from
@@ -84,6 +95,7 @@ struct SyncInit {
   // tensor or pipeline parallelism: the data-parallel group of this rank).
   Comm* data_parallel = nullptr;
   CheckpointPlan checkpoints;
+  SparseRows sparse;
 };
 
 struct SyncSetup {

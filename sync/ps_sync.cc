@@ -4,6 +4,7 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/checkpoint.h"
+#include "sync/allreduce_sync.h"
 
 namespace psar {
 
@@ -176,10 +177,15 @@ void plan_shard_checkpoints(ps::PsOptions& o, const CheckpointPlan& plan) {
 
 }  // namespace
 
-SyncSetup make_ps_sync(SyncInit& init, std::shared_ptr<ps::PsCounters> served) {
-  ps::PsOptions options = ps_options(init.config, init.optimizer);
-  plan_shard_checkpoints(options, init.checkpoints);
-  ps::PsRank rank = ps::launch_ps(init.world, options, init.params.params(), init.params.infos());
+namespace {
+// The parameter server over arena floats [0, size) (the tables under hybrid).
+SyncSetup ps_setup(SyncInit& init, const ps::PsOptions& options, int64_t size,
+                   std::shared_ptr<ps::PsCounters> served) {
+  std::vector<ParamInfo> infos;
+  for (const ParamInfo& p : init.params.infos())
+    if (p.offset < size) infos.push_back(p);
+  ps::PsRank rank = ps::launch_ps(
+      init.world, options, init.params.params().subspan(0, static_cast<size_t>(size)), infos);
   SyncSetup setup;
   if (!rank.client) {
     std::shared_ptr<ps::Server> server(std::move(rank.server));
@@ -208,6 +214,71 @@ SyncSetup make_ps_sync(SyncInit& init, std::shared_ptr<ps::PsCounters> served) {
     setup.workers = &init.world;
   }
   setup.sync = std::make_unique<PsSync>(std::move(rank));
+  return setup;
+}
+
+void check_sparse_plan(const SyncInit& init, const std::string& key) {
+  if (init.sparse.floats <= 0)
+    throw ConfigError(key + " needs a model with embedding tables (model.type dlrm); model.type " +
+                      init.config.get_string("model.type") + " has none");
+  if (init.checkpoints.resume_step >= 0)
+    throw ConfigError(key + ": a sparse parameter server cannot resume from a checkpoint yet");
+}
+}  // namespace
+
+SyncSetup make_ps_sync(SyncInit& init, std::shared_ptr<ps::PsCounters> served) {
+  ps::PsOptions options = ps_options(init.config, init.optimizer);
+  plan_shard_checkpoints(options, init.checkpoints);
+  if (init.config.get_bool("ps.sparse")) {
+    check_sparse_plan(init, "ps.sparse");
+    options.rows = {init.sparse.floats, init.sparse.row_floats};
+  }
+  return ps_setup(init, options, init.params.size(), std::move(served));
+}
+
+HybridSync::HybridSync(std::unique_ptr<PsSync> tables, std::unique_ptr<GradientSync> dense,
+                       int64_t split)
+    : tables_(std::move(tables)), dense_(std::move(dense)), split_(split) {}
+
+void HybridSync::step(std::span<float> params, std::span<float> grads) {
+  const auto n = static_cast<size_t>(split_);
+  tables_->step(params.subspan(0, n), grads.subspan(0, n));
+  dense_->step(params.subspan(n), grads.subspan(n));
+}
+
+CommCounters HybridSync::counters() const {
+  CommCounters a = tables_->counters();
+  const CommCounters b = dense_->counters();
+  a.bytes_sent += b.bytes_sent;
+  a.bytes_recv += b.bytes_recv;
+  a.messages_sent += b.messages_sent;
+  a.messages_recv += b.messages_recv;
+  return a;
+}
+
+SyncSetup make_hybrid_sync(SyncInit& init) {
+  check_sparse_plan(init, "sync.backend hybrid");
+  const std::string algorithm = init.config.get_string("sync.algorithm");
+  const auto algos = allreducer_names(/*include_device=*/false);
+  if (std::find(algos.begin(), algos.end(), algorithm) == algos.end()) {
+    std::string known;
+    for (const auto& a : algos) known += (known.empty() ? "" : ", ") + a;
+    throw ConfigError("sync.algorithm: '" + algorithm + "' is not a host allreduce (known: " +
+                      known + ")");
+  }
+  ps::PsOptions options = ps_options(init.config, init.optimizer);
+  if (init.checkpoints.every > 0)
+    throw ConfigError("train.checkpoint_every: sync.backend hybrid does not checkpoint yet");
+  options.rows = {init.sparse.floats, init.sparse.row_floats};
+  SyncSetup setup = ps_setup(init, options, init.sparse.floats, nullptr);
+  if (!setup.sync) return setup;  // a dedicated server rank
+  auto tables = std::unique_ptr<PsSync>(static_cast<PsSync*>(setup.sync.release()));
+  const int64_t dense = init.params.size() - init.sparse.floats;
+  auto allreduce = std::make_unique<AllreduceSync>(
+      *setup.workers, make_allreducer(algorithm, allreduce_options(init.config)), init.optimizer,
+      dense);
+  setup.sync = std::make_unique<HybridSync>(std::move(tables), std::move(allreduce),
+                                            init.sparse.floats);
   return setup;
 }
 

@@ -38,6 +38,10 @@ class PsSync final : public GradientSync {
   CommCounters counters() const override;
   int averaged() const override;
   const ps::PsCounters& client_counters() const { return rank_.client->counters(); }
+  // ps.sparse / hybrid: the touched rows of the next push_pull.
+  void set_touched_rows(std::span<const int64_t> rows) override {
+    rank_.client->set_touched_rows(rows);
+  }
   // The co-located shard's traffic (zero with dedicated servers).
   ps::PsCounters server_counters() const;
 
@@ -56,5 +60,25 @@ ps::PsOptions ps_options(const Config& config, const OptimizerOptions& optimizer
 // counters are stored there.
 SyncSetup make_ps_sync(SyncInit& init);
 SyncSetup make_ps_sync(SyncInit& init, std::shared_ptr<ps::PsCounters> served);
+
+// `--sync hybrid` (Parallax; docs/sparse.md): the parameter server, sparse,
+// for the embedding tables (the arena's head, SyncInit::sparse) and the
+// allreduce sync.algorithm for the dense rest, in one step. A ConfigError
+// naming sync.backend for a model without embedding tables.
+class HybridSync final : public GradientSync {
+ public:
+  HybridSync(std::unique_ptr<PsSync> tables, std::unique_ptr<GradientSync> dense, int64_t split);
+  std::string name() const override { return "hybrid"; }
+  void step(std::span<float> params, std::span<float> grads) override;
+  CommCounters counters() const override;
+  void set_touched_rows(std::span<const int64_t> rows) override { tables_->set_touched_rows(rows); }
+  Optimizer* optimizer() override { return nullptr; }
+
+ private:
+  std::unique_ptr<PsSync> tables_;
+  std::unique_ptr<GradientSync> dense_;
+  int64_t split_;  // floats of the tables
+};
+SyncSetup make_hybrid_sync(SyncInit& init);
 
 }  // namespace psar

@@ -20,6 +20,10 @@ int no_server_ranks(const Config&) { return 0; }
 constexpr SyncEntry kBackends[] = {
     {"ps", &make_ps_sync, "ZeroMQ sharded parameter server (ps.servers, ps.consistency, ...)",
      &ps_server_ranks, /*model_parallel=*/false, /*drops_workers=*/true},
+    {"hybrid", &make_hybrid_sync,
+     "Parallax: the parameter server, sparse, for the embedding tables; sync.algorithm for the "
+     "dense layers",
+     &ps_server_ranks, /*model_parallel=*/false},
     {"auto", &make_tuned_sync,
      "per message size, the allreduce the tuning table (sync.tuning, psar tune) predicts fastest",
      &no_server_ranks, /*model_parallel=*/true},

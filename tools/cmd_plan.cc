@@ -162,11 +162,13 @@ int cmd_plan(CliContext& ctx) {
     throw ConfigError("model.type = " + config.get_string("model.type") +
                       ": psar plan models a GPT (model.type: gpt)");
   const sim::ClusterSpec cluster = sim::cluster_from_config(config);
-  options.model = {config.get_int("model.layers"), config.get_int("model.d_model"),
-                   config.get_int("model.heads"), config.get_int("model.seq_len"),
-                   config.get_int("model.vocab")};
+  options.model = sim::gpt_shape_from_config(config);
   options.batch = config.get_int("train.batch_size");
-  options.recompute = config.get_bool("simulate.recompute");
+  options.recompute = sim::parse_recompute(config.get_string("train.recompute"));
+  options.sequence_parallel = config.get_bool("parallel.sequence_parallel");
+  options.flash_attention = config.get_bool("simulate.flash_attention");
+  options.zero = static_cast<int>(config.get_int("sync.zero"));
+  options.memory_margin = config.get_float("cluster.gpu.memory_margin");
   options.dtype_bytes = static_cast<int>(config.get_int("simulate.dtype_bytes"));
   options.grad_bytes = static_cast<int>(config.get_int("simulate.grad_bytes"));
   options.sync = config.get_string("sync.backend");
@@ -211,13 +213,19 @@ int cmd_plan(CliContext& ctx) {
               static_cast<long>(g.layers), static_cast<long>(g.hidden), static_cast<long>(g.heads),
               static_cast<long>(g.seq), static_cast<long>(g.vocab),
               static_cast<double>(sim::model_params(g)) / 1e9, static_cast<long>(options.batch),
-              options.recompute ? ", full recomputation" : "");
+              options.recompute != sim::Recompute::kNone
+                  ? (std::string(", ") + sim::recompute_name(options.recompute) +
+                     " recomputation").c_str()
+                  : "");
   std::printf("cluster         %d GPUs (%d nodes of %d), %.4g GiB each\n", cluster.gpus(),
               cluster.nodes, cluster.gpus_per_node, cluster.gpu.memory / kGiB);
   std::printf(
-      "memory model    weights %d B + gradients %d B + Adam %d B per parameter; "
-      "activations: schedule peak in flight x layers x per-layer bytes (sim/plan.h)\n",
-      options.dtype_bytes, options.grad_bytes, sim::kAdamBytesPerParam);
+      "memory model    weights %d B + gradients %d B + Adam %d B per parameter, ZeRO stage %d "
+      "over d; activations: schedule peak in flight x layers x per-layer bytes%s%s "
+      "(sim/plan.h); %.0f %% of memory kept free\n",
+      options.dtype_bytes, options.grad_bytes, sim::kAdamBytesPerParam, options.zero,
+      options.sequence_parallel ? ", sequence parallel" : "",
+      options.flash_attention ? ", flash attention" : "", 100 * options.memory_margin);
   std::printf("candidates      %d enumerated, %zu fit, planner %.2f s\n\n", plan.enumerated,
               plan.ranked.size(), wall);
   std::printf(

@@ -50,6 +50,8 @@ std::string to_json(const sim::StepSpec& s, const sim::StepResult& r, double wal
   field("transfer_s", num(r.transfer_s));
   field("flops", num(r.flops));
   field("tflops_per_gpu", num(r.tflops_per_gpu));
+  field("model_flops", num(r.model_flops));
+  field("mfu", num(r.mfu));
   field("simulator_wall_s", num(wall_s));
   j += "  \"stages\": [";
   for (size_t i = 0; i < r.stages.size(); ++i) {
@@ -114,6 +116,8 @@ int cmd_simulate(CliContext& ctx) {
   std::printf("tp_allreduce_s  %.6g  (one [b, s, h] all-reduce)\n", r.tp_allreduce_s);
   std::printf("transfer_s      %.6g  (one activation, stage 0 -> 1)\n", r.transfer_s);
   std::printf("tflops_per_gpu  %.2f  (%.4g FLOP per step)\n", r.tflops_per_gpu, r.flops);
+  std::printf("mfu             %.4f  (%.4g model FLOP per step, without recomputation)\n",
+              r.mfu, r.model_flops);
   std::printf("simulator_s     %.3f\n", wall);
   if (!json_path.empty()) write_file_atomic(json_path, to_json(spec, r, wall));
   if (!csv_path.empty()) {

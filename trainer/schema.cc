@@ -32,6 +32,8 @@ Schema build() {
   s.add({"model.stride", T::kInt, "1", "cnn: conv stride"});
   s.add({"model.padding", T::kInt, "1", "cnn: conv zero padding on every side"});
   s.add({"model.pool", T::kInt, "2", "cnn: max-pool window and stride after each conv stage (1 = none)"});
+  s.add({"model.tables", T::kIntList, "[1000, 1000]", "dlrm: rows of each embedding table (one table per categorical feature)"});
+  s.add({"model.embedding_dim", T::kInt, "16", "dlrm: floats per embedding row"});
   s.add({"model.activation", T::kString, "relu", "mlp: activation", {"relu", "gelu"}});
   s.add({"model.layers", T::kInt, "2", "gpt / synthetic_stages: transformer blocks or layers"});
   s.add({"model.d_model", T::kInt, "64", "gpt: hidden size"});
@@ -46,13 +48,15 @@ Schema build() {
   s.add({"model.activation_bytes", T::kBytes, "64K", "synthetic_stages: activation size per micro-batch"});
 
   // data
-  s.add({"data.dataset", T::kString, "fashion_mnist", "dataset", {"fashion_mnist", "synthetic", "text", "synthetic_tokens"}});
+  s.add({"data.dataset", T::kString, "fashion_mnist", "dataset", {"fashion_mnist", "synthetic", "text", "synthetic_tokens", "zipf"}});
   s.add({"data.path", T::kString, "/usr/share/datasets/fashion-mnist", "fashion_mnist: folder of IDX files; text: a plain-text file"});
   s.add({"data.train_limit", T::kInt, "0", "use only the first N training samples (0 = all)"});
   s.add({"data.test_limit", T::kInt, "0", "use only the first N test samples (0 = all)"});
-  s.add({"data.synthetic_samples", T::kInt, "4096", "synthetic: number of samples"});
-  s.add({"data.synthetic_features", T::kInt, "32", "synthetic: input features"});
-  s.add({"data.synthetic_classes", T::kInt, "4", "synthetic: classes"});
+  s.add({"data.synthetic_samples", T::kInt, "4096", "synthetic / zipf: number of samples"});
+  s.add({"data.synthetic_features", T::kInt, "32", "synthetic: input features; zipf: dense features"});
+  s.add({"data.zipf_ids", T::kIntList, "[]", "zipf: ids drawn per table ([] = model.tables; more than the table's rows is a ConfigError)"});
+  s.add({"data.zipf_skew", T::kFloat, "1.05", "zipf: exponent s of the ids' Zipf law, P(rank k) ∝ k^-s (0 = uniform)"});
+  s.add({"data.synthetic_classes", T::kInt, "4", "synthetic / zipf: classes"});
 
   // optimizer
   s.add({"optimizer.type", T::kString, "sgd", "optimizer", {"sgd", "adam"}});
@@ -69,6 +73,7 @@ Schema build() {
   s.add({"train.steps", T::kInt, "", "optimizer steps (set steps or epochs)"});
   s.add({"train.epochs", T::kFloat, "", "passes over the training set (set steps or epochs)"});
   s.add({"train.batch_size", T::kInt, "64", "global batch, split evenly over data-parallel ranks"});
+  s.add({"train.recompute", T::kString, "none", "activation recomputation: selective recomputes the attention core, full each block from its input (psar simulate and plan: docs/simulate.md)", {"none", "selective", "full"}});
   s.add({"train.seed", T::kInt, "1", "seed of initialization, shuffling and dropout"});
   s.add({"train.log_every", T::kInt, "50", "steps between progress lines"});
   s.add({"train.eval_every", T::kInt, "0", "steps between test evaluations (0 = once per epoch)"});
@@ -86,6 +91,7 @@ Schema build() {
 
   // sync
   s.add({"sync.backend", T::kString, "mpi", "gradient synchronization backend (--sync)", {}, &sync_names});
+  s.add({"sync.algorithm", T::kString, "ring", "hybrid: the allreduce of the dense layers (the parameter server takes the embedding tables)"});
   s.add({"sync.segment_bytes", T::kBytes, "512K", "pipelining segment of the program algorithms (the engine's)"});
   s.add({"sync.dtype", T::kString, "fp32", "element type of gradients on the wire (psar's allreduce programs; mpi and nccl: fp32 only)", {"fp32", "bf16", "fp16"}});
   s.add({"sync.accumulate", T::kString, "fp32", "partial sums kept in fp32, or rounded to sync.dtype after every addition (dtype)", {"fp32", "dtype"}});
@@ -93,6 +99,7 @@ Schema build() {
   s.add({"sync.nccl_algo", T::kString, "auto", "nccl: NCCL_ALGO of the communicator (auto: NCCL's choice or the environment's)", {"auto", "ring", "tree"}});
   s.add({"sync.nccl_proto", T::kString, "auto", "nccl: NCCL_PROTO of the communicator (auto: NCCL's choice or the environment's)", {"auto", "LL", "LL128", "Simple"}});
   s.add({"sync.tuning", T::kString, "", "sync.backend auto: the tuning table psar tune wrote (CSV ranks,algo,bytes,time_us)"});
+  s.add({"sync.zero", T::kInt, "0", "ZeRO stage of an allreduce backend with reduce-scatter and all-gather (ring, halving_doubling, mpi): 1 optimizer state sharded over the data-parallel group, 2 gradients reduce-scattered per bucket too (with sync.overlap); docs/zero.md"});
   s.add({"sync.overlap", T::kBool, "false", "sync gradient buckets on a communication thread while the backward runs (false: one sync after the backward)"});
   s.add({"sync.bucket_bytes", T::kBytes, "1M", "overlap: gradients are synced in buckets of this size (a bucket splits a tensor only when the tensor alone is larger)"});
   s.add({"sync.priority", T::kString, "fifo", "overlap: order of the buckets on the wire (front_first: earlier layers first, in chunks of sync.priority_chunk_bytes)", {"fifo", "front_first"}});
@@ -109,6 +116,7 @@ Schema build() {
   s.add({"parallel.account_head", T::kBool, "false", "even layer split: count the last stage's head and loss as one layer (Megatron's account-for-loss)"});
   s.add({"parallel.order", T::kString, "tp-dp-pp", "rank order of the (p, t, d) grid, fastest-varying axis first (Megatron's tp-dp-pp keeps TP groups adjacent)", {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "pp-tp-dp"}});
   s.add({"parallel.scatter_gather", T::kBool, "false", "between pipeline stages each TP rank sends 1/t of the activation and the receiving stage all-gathers it (Megatron's scatter/gather)"});
+  s.add({"parallel.sequence_parallel", T::kBool, "false", "t > 1: the TP all-reduces become reduce-scatter + all-gather and layer norm and dropout run on 1/t of the sequence (Megatron's sequence parallelism)"});
   s.add({"parallel.tp_allreduce", T::kString, "ring", "allreduce algorithm of tensor-parallel all-reduces", {}, &all_allreducers});
   s.add({"parallel.hybrid", T::kBool, "false", "cnn: Krizhevsky's hybrid: the n workers run the convolutions data-parallel on their slices of the batch and the fully connected layers tensor-parallel on the all-gathered features (parallel.tp = 1, parallel.pp = 1)"});
   s.add({"parallel.hybrid_fc", T::kString, "tensor", "parallel.hybrid: the fully connected layers tensor-parallel (column, row, ...) or replicated on every rank", {"tensor", "replicated"}});
@@ -125,6 +133,7 @@ Schema build() {
   s.add({"ps.align_shards", T::kBool, "false", "align shard boundaries to tensor boundaries"});
   s.add({"ps.chunk_bytes", T::kBytes, "1M", "pipelining unit: a push_pull streams each shard in messages of this size"});
   s.add({"ps.shard_chunks", T::kInt, "0", "chunks per shard: 0 = auto: one worker about sqrt(shard bytes / 64 KiB), more workers 1 (docs/theory.md); K >= 1: a shard smaller than K chunks of ps.chunk_bytes streams in K smaller ones (none below 64 KiB or above ps.chunk_bytes; 1 = whole ps.chunk_bytes chunks)"});
+  s.add({"ps.sparse", T::kBool, "false", "push and pull only the embedding-table rows a batch touches (model.type dlrm; docs/sparse.md)"});
   s.add({"ps.timeout", T::kDuration, "60s", "deadline of every parameter-server wait"});
   s.add({"ps.security", T::kString, "none", "none: plain TCP; curve: ZeroMQ CURVE, encrypted and authenticated with key pairs made per job, a client without them is refused and counted (docs/ps.md)", {"none", "curve"}});
 
@@ -155,6 +164,7 @@ Schema build() {
   s.add({"cluster.gpu.gemm_efficiency", T::kFloat, "0.5", "simulate: share of peak a layer's FLOPs run at"});
   s.add({"cluster.gpu.kernel_overhead", T::kDuration, "0us", "simulate: fixed cost per kernel launch"});
   s.add({"cluster.gpu.memory", T::kBytes, "80G", "simulate/plan: memory per GPU"});
+  s.add({"cluster.gpu.memory_margin", T::kFloat, "0.1", "plan: share of a GPU's memory kept free for the allocator's fragmentation and the CUDA context"});
   s.add({"cluster.gpu.sms", T::kInt, "0", "simulate: streaming multiprocessors, for the GEMMs' wave quantization (A100: 108, H100 SXM: 132; 0 = off)"});
   s.add({"cluster.gpu.memory_bandwidth", T::kBandwidth, "", "simulate: GPU memory bandwidth for the layers' memory-bound kernels (A100 80GB: 2039GB/s; unset = those kernels cost only their launch)"});
   s.add({"cluster.gpu.gemm_tiles", T::kIntList, "[128, 256, 256, 128, 128, 128]", "simulate: a GEMM's output tiles as (rows, cols) pairs; each GEMM takes the one that fills its waves best (wave quantization)"});
@@ -163,7 +173,9 @@ Schema build() {
   s.add({"cluster.inter.bandwidth", T::kBandwidth, "200Gbit", "simulate: per-NIC bandwidth between nodes, each way"});
   s.add({"cluster.inter.latency", T::kDuration, "5us", "simulate: per-message latency between nodes"});
   s.add({"cluster.inter.nics_per_node", T::kInt, "8", "simulate: NICs per node (GPU i uses NIC i·nics/gpus_per_node)"});
-  s.add({"simulate.recompute", T::kBool, "false", "simulate: full activation recomputation (one more forward per backward)"});
+  s.add({"simulate.kv_heads", T::kInt, "0", "simulate/plan: key-value heads of grouped-query attention (0 = model.heads)"});
+  s.add({"simulate.ffn", T::kInt, "0", "simulate/plan: the MLP's inner width (0 = 4 x model.d_model)"});
+  s.add({"simulate.mlp", T::kString, "gelu", "simulate/plan: the MLP's activation (swiglu: gate and up projections, Llama's)", {"gelu", "swiglu"}});
   s.add({"simulate.flash_attention", T::kBool, "false", "simulate: fused attention (FlashAttention): the scores' softmax and dropout move no GPU memory"});
   s.add({"simulate.dtype_bytes", T::kInt, "2", "simulate: bytes per activation element (bf16: 2)"});
   s.add({"simulate.grad_bytes", T::kInt, "4", "simulate: bytes per gradient element in memory and on a parameter server's wire (an allreduce's wire: sync.dtype)"});

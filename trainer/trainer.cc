@@ -36,6 +36,28 @@ namespace psar {
 
 namespace {
 
+// A sparse model's tables as the arena's head of equal rows (docs/sparse.md).
+SparseRows sparse_rows(const Model& model) {
+  SparseRows rows;
+  for (const SparseTable& t : model.sparse_tables()) {
+    PSAR_CHECK(t.offset == rows.floats && (rows.row_floats == 0 || rows.row_floats == t.dim),
+               "embedding table ", t.name, " is not the next equal-width rows of the arena's head");
+    rows.row_floats = t.dim;
+    rows.floats += t.rows * t.dim;
+  }
+  return rows;
+}
+
+// The batch's touched rows as row numbers of the arena's head, ascending.
+std::vector<int64_t> touched_rows(const Model& model, const SparseRows& space) {
+  std::vector<int64_t> rows;
+  const auto tables = model.sparse_tables();
+  for (size_t t = 0; t < tables.size(); ++t)
+    for (const int64_t r : model.touched_rows(static_cast<int>(t)))
+      rows.push_back(tables[t].offset / space.row_floats + r);
+  return rows;  // tables in arena order, rows ascending within each
+}
+
 using psar::detail::concat;
 
 // parallel.*: the grid, the schedule and the micro-batches.
@@ -443,7 +465,8 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
                 optimizer,
                 grid ? &grid->dp() : nullptr,
                 CheckpointPlan{options.out_dir, checkpoint_every, first_step,
-                               options.resume_from}};
+                               options.resume_from},
+                sparse_rows(*model)};
   SyncSetup setup = make_gradient_sync(sync_name, init);
   if (setup.serve) {
     setup.serve();
@@ -593,6 +616,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
                            static_cast<size_t>(local_batch)),
                        batch);
     model->set_batch(batch);
+    if (init.sparse.floats > 0) sync.set_touched_rows(touched_rows(*model, init.sparse));
     store.zero_grads();
     const TpCounters tp0 = tp.counters;
     const CommCounters tpc0 = grid->tp().counters(), pipe0 = pipeline.counters(),

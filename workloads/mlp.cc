@@ -162,8 +162,9 @@ void Mlp::forward(int chunk, int i, pp::Activations& a, std::span<const float> x
 
 // The backward in pieces, shared by the split backward (all input gradients,
 // then all weight gradients: zero-bubble schedules) and the fused one (each
-// layer's weight gradient as soon as its pre-activation gradient is known,
-// so its gradients are final as early as in autograd).
+// layer's weight gradient right after its input gradient, so its gradients
+// are final as early as in autograd, and reported only once the backward
+// reads its weights no more: pp::GradientSink).
 
 // dpre of the chunk's top layer: from the loss (already there) on the back,
 // through the activation elsewhere.
@@ -179,13 +180,14 @@ void Mlp::top_gradient(int chunk, Stash& s, std::span<const float> dy) {
 }
 
 // From layer j's pre-activation gradient to layer j−1's (or to dx below the
-// chunk's first layer; nothing on the front, the data needs no gradient).
+// chunk's first layer; nothing on the front, the data needs no gradient,
+// unless the input is learned: input_gradient).
 void Mlp::layer_input(int chunk, size_t j, Stash& s, std::span<float> dx) {
   const int64_t b = layout_.microbatch_rows;
   const Layer& L = chunks_[static_cast<size_t>(chunk)][j];
   const float* W = store_->param(L.weight).data();
   if (j == 0) {
-    if (!layout_.front(chunk))
+    if (!layout_.front(chunk) || o_.input_gradient)
       ops::linear_backward_input(dx.data(), s.dpre[0].data(), W, b, L.in, L.out);
     return;
   }
@@ -224,8 +226,12 @@ void Mlp::backward(int chunk, int, pp::Activations& a, std::span<const float> dy
   Stash& s = static_cast<Stash&>(a);
   top_gradient(chunk, s, dy);
   for (size_t j = chunks_[static_cast<size_t>(chunk)].size(); j-- > 0;) {
-    layer_weight(chunk, j, s);  // dpre[j] is final: layer_input overwrites only dpre[j − 1]
+    // The input gradient first: it is the backward's last read of layer j's
+    // weights, and layer_weight reports them final — the parameter server
+    // may then pull the next step's weights into the arena at once.
+    // layer_input writes only dpre[j − 1], so dpre[j] is intact for layer_weight.
     layer_input(chunk, j, s, dx);
+    layer_weight(chunk, j, s);
   }
 }
 

@@ -21,6 +21,9 @@ struct MlpOptions {
   std::vector<int64_t> hidden = {256, 128};
   int64_t classes = 10;
   bool gelu = false;  // relu otherwise
+  // The front also computes the gradient of its input (dx): for a model
+  // that feeds the MLP learned inputs (dlrm.h).
+  bool input_gradient = false;
 };
 
 class Mlp final : public Model {
@@ -44,7 +47,7 @@ class Mlp final : public Model {
   void backward_input(int chunk, int microbatch, pp::Activations& a, std::span<const float> dy,
                       std::span<float> dx) override;
   void backward_weight(int chunk, int microbatch, pp::Activations& a) override;
-  // Fused: each layer's weight gradient as soon as its input side allows.
+  // Fused: each layer's weight gradient right after its input gradient.
   void backward(int chunk, int microbatch, pp::Activations& a, std::span<const float> dy,
                 std::span<float> dx) override;
   int64_t activation_bytes(int chunk) const override;

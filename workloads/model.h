@@ -27,8 +27,8 @@
 // (Megatron's embedding group), so the copies take the same step, and leaves
 // the copy out of the gathered model.
 //
-// Models: `mlp` (mlp.cc), `gpt` (gpt.cc), `cnn` (cnn.cc) and `synthetic_stages`
-// (synthetic_stages.cc), one line each in registry.cc.
+// Models: `mlp` (mlp.cc), `gpt` (gpt.cc), `cnn` (cnn.cc), `dlrm` (dlrm.cc) and
+// `synthetic_stages` (synthetic_stages.cc), one line each in registry.cc.
 
 #include <cstdint>
 #include <memory>
@@ -47,6 +47,15 @@ namespace psar {
 
 class ShardedParams;
 class TpGroup;
+
+// An embedding table of a sparse model: arena floats
+// [offset, offset + rows·dim), row r at offset + r·dim.
+struct SparseTable {
+  std::string name;
+  int64_t offset = 0;
+  int64_t rows = 0;
+  int64_t dim = 0;
+};
 
 struct EvalStats {
   double loss_sum = 0;  // summed over rows
@@ -136,6 +145,11 @@ class Model : public pp::StageModel {
   // whole but trains on its own slice of the batch, so their gradients are
   // averaged over the group (the data-parallel axis); 0 for the others.
   virtual int64_t hybrid_data_parallel_floats() const { return 0; }
+  // Sparse models (dlrm.h): the embedding tables, and after set_batch() the
+  // rows of table t the batch touches (sorted, unique) — every other row's
+  // gradient is exactly zero. None by default.
+  virtual std::vector<SparseTable> sparse_tables() const { return {}; }
+  virtual std::span<const int64_t> touched_rows(int) const { return {}; }
   // A line the trainer prints at the start (the CNN: its parameter and
   // FLOP shares per layer kind); "" for none.
   virtual std::string summary() const { return ""; }

@@ -2,9 +2,11 @@
 
 #include "core/errors.h"
 #include "workloads/cnn.h"
+#include "workloads/dlrm.h"
 #include "workloads/gpt.h"
 #include "workloads/mlp.h"
 #include "workloads/model.h"
+#include "workloads/sparse_data.h"
 #include "workloads/synthetic_stages.h"
 #include "workloads/text_data.h"
 
@@ -16,6 +18,7 @@ constexpr ModelEntry kModels[] = {
     {"mlp", &mlp_layers, &make_mlp},
     {"gpt", &gpt_layers, &make_gpt},
     {"cnn", &cnn_layers, &make_cnn},
+    {"dlrm", &dlrm_layers, &make_dlrm},
     {"synthetic_stages", &synthetic_layers, &make_synthetic_stages},
 };
 
@@ -98,6 +101,8 @@ DatasetPair load_dataset(const Config& config) {
     d = make_synthetic_tokens(config.get_int("data.synthetic_samples"),
                               config.get_int("model.seq_len"), vocab > 0 ? vocab : 64,
                               static_cast<uint64_t>(config.get_int("train.seed")));
+  } else if (kind == "zipf") {
+    d = load_zipf_data(config);
   } else {
     throw ConfigError("data.dataset: '" + kind + "' is not available for model.type " +
                       config.get_string("model.type"));

@@ -123,9 +123,10 @@ FOLDERS = {
     "net_scaling": script("net_scaling"),
     "cluster": script("cluster_net_scaling"),
     "tp": script("tp_report"),
-    "simulate": partly(script("sim_validation"), (
-        "only validation.*: megatron_table1.md, llama3.md, qualitative.md, scale.md and README.md "
-        "come from experiments/simulate_tables.py, which calibrates by running psar simulate for "
+    "simulate": partly(both(script("sim_validation"),
+                            within("published", script("simulate_published"))), (
+        "only validation.* and published/: megatron_table1.md, llama3.md, qualitative.md, "
+        "scale.md and README.md come from experiments/simulate_tables.py, which calibrates by running psar simulate for "
         "minutes and whose simulator-time columns are wall-clock measurements; plan_*.md from psar "
         "plan")),
     "ps_vs_allreduce": script("ps_vs_allreduce"),

@@ -41,6 +41,21 @@ int one_f_one_b_peak(const ScheduleShape& shape, int stage);
 int interleaved_peak(const ScheduleShape& shape, int stage);
 int zb_h1_peak(const ScheduleShape& shape, int stage);
 
+// What shapes a schedule runs: its generator checks them (detail::
+// check_shape) and the planner (sim/plan.h) tries a schedule on every grid
+// they admit. max_chunks > 1 is an interleaved schedule (at v = 1 it is
+// 1F1B); m_at_least_p: its warm-up needs m ≥ p; m_multiple_of_p: it runs
+// micro-batches in groups of p.
+struct ScheduleCaps {
+  int max_chunks = 1;
+  bool m_at_least_p = true;
+  bool m_multiple_of_p = false;
+};
+inline constexpr ScheduleCaps kGpipeCaps{1, false, false};
+inline constexpr ScheduleCaps kOneFOneBCaps{1, true, false};
+inline constexpr ScheduleCaps kInterleavedCaps{1 << 20, true, true};
+inline constexpr ScheduleCaps kZbH1Caps{1, true, false};
+
 struct ScheduleEntry {
   const char* name;  // as in `parallel.schedule` and `psar schedule --kind`
   Schedule (*make)(const ScheduleShape&);
@@ -48,7 +63,11 @@ struct ScheduleEntry {
   int (*peak)(const ScheduleShape&, int stage);
   const char* bubble_formula;  // the closed form as text, for tables
   const char* summary;
+  ScheduleCaps caps{};
 };
+// Whether `caps` admit `shape` (the checks of detail::check_shape, without
+// the error).
+bool admits(const ScheduleCaps& caps, const ScheduleShape& shape);
 
 // The built-in schedules, then those added by a ScheduleRegistration. The
 // span is valid until the next registration or deregistration.
@@ -75,9 +94,8 @@ class ScheduleRegistration {
 
 namespace detail {
 // Checks shared by all generators: p, m, v ≥ 1, p·v ≤ layers (when known),
-// v ≤ max_chunks, and m ≥ p when the schedule's warm-up needs it.
-void check_shape(const char* kind, const ScheduleShape& shape, int max_chunks,
-                 bool needs_m_at_least_p);
+// and the schedule's capabilities (v ≤ max_chunks, m ≥ p, m a multiple of p).
+void check_shape(const char* kind, const ScheduleShape& shape, const ScheduleCaps& caps);
 // An empty schedule of the shape's size, ready for a generator to fill.
 Schedule empty_schedule(const char* kind, const ScheduleShape& shape);
 }  // namespace detail

@@ -11,7 +11,7 @@
 namespace psar::pp {
 
 Schedule gpipe(const ScheduleShape& shape) {
-  detail::check_shape("gpipe", shape, /*max_chunks=*/1, /*needs_m_at_least_p=*/false);
+  detail::check_shape("gpipe", shape, kGpipeCaps);
   Schedule s = detail::empty_schedule("gpipe", shape);
   for (auto& actions : s.actions) {
     for (int i = 0; i < shape.microbatches; ++i) actions.push_back({Op::kForward, i, 0});

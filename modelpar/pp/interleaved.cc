@@ -35,13 +35,8 @@ Action nth_action(int k, int p, int v, bool forward) {
 }  // namespace
 
 Schedule interleaved(const ScheduleShape& shape) {
-  detail::check_shape("interleaved", shape, /*max_chunks=*/1 << 20, /*needs_m_at_least_p=*/true);
+  detail::check_shape("interleaved", shape, kInterleavedCaps);
   const int p = shape.stages, m = shape.microbatches, v = shape.chunks;
-  if (m % p != 0)
-    throw ConfigError(psar::detail::concat(
-        "interleaved (p=", p, ", m=", m, ", v=", v,
-        "): the number of micro-batches must be a multiple of the number of stages (", m, " % ", p,
-        " = ", m % p, "); Megatron's interleaved 1F1B runs micro-batches in groups of p"));
   if (v == 1) {
     Schedule s = one_f_one_b(shape);
     s.kind = "interleaved";

@@ -15,7 +15,7 @@
 namespace psar::pp {
 
 Schedule one_f_one_b(const ScheduleShape& shape) {
-  detail::check_shape("1f1b", shape, /*max_chunks=*/1, /*needs_m_at_least_p=*/true);
+  detail::check_shape("1f1b", shape, kOneFOneBCaps);
   Schedule s = detail::empty_schedule("1f1b", shape);
   const int p = shape.stages, m = shape.microbatches;
   for (int r = 0; r < p; ++r) {

@@ -14,13 +14,13 @@ namespace {
 // Adding a schedule: its own file, one line here, one section in docs/pipeline.md.
 constexpr ScheduleEntry kBuiltin[] = {
     {"gpipe", &gpipe, &gpipe_bubble, &gpipe_peak, "(p-1)/m",
-     "all forwards, then all backwards (Huang et al. 2019)"},
+     "all forwards, then all backwards (Huang et al. 2019)", kGpipeCaps},
     {"1f1b", &one_f_one_b, &one_f_one_b_bubble, &one_f_one_b_peak, "(p-1)/m",
-     "warm-up of p-r-1 forwards, then one forward, one backward"},
+     "warm-up of p-r-1 forwards, then one forward, one backward", kOneFOneBCaps},
     {"interleaved", &interleaved, &interleaved_bubble, &interleaved_peak, "(p-1)/(v*m)",
-     "Megatron's interleaved 1F1B over v chunks per stage"},
+     "Megatron's interleaved 1F1B over v chunks per stage", kInterleavedCaps},
     {"zb_h1", &zb_h1, &zb_h1_bubble, &zb_h1_peak, "(p-1)(tf+tb-min(tf,tb,tw))/(m(tf+tb+tw))",
-     "zero-bubble H1: split backward, weight gradients fill the bubbles"},
+     "zero-bubble H1: split backward, weight gradients fill the bubbles", kZbH1Caps},
 };
 std::vector<ScheduleEntry>& entries() {
   static std::vector<ScheduleEntry> all(std::begin(kBuiltin), std::end(kBuiltin));
@@ -61,29 +61,42 @@ Schedule make_schedule(std::string_view name, const ScheduleShape& shape) {
   return find_schedule(name).make(shape);
 }
 
+bool admits(const ScheduleCaps& caps, const ScheduleShape& shape) {
+  try {
+    detail::check_shape("", shape, caps);
+    return true;
+  } catch (const ConfigError&) {
+    return false;
+  }
+}
+
 namespace detail {
 
 constexpr long long kMaxWork = 1 << 22;  // p·v·m; tags are 2·p·v·m < 2^24
 
-void check_shape(const char* kind, const ScheduleShape& s, int max_chunks,
-                 bool needs_m_at_least_p) {
+void check_shape(const char* kind, const ScheduleShape& s, const ScheduleCaps& caps) {
   const auto shape = [&] {
     return concat(kind, " (p=", s.stages, ", m=", s.microbatches, ", v=", s.chunks, ")");
   };
   if (s.stages < 1) throw ConfigError(concat(shape(), ": needs at least 1 stage"));
   if (s.microbatches < 1) throw ConfigError(concat(shape(), ": needs at least 1 micro-batch"));
   if (s.chunks < 1) throw ConfigError(concat(shape(), ": needs at least 1 chunk per stage"));
-  if (s.chunks > max_chunks)
+  if (s.chunks > caps.max_chunks)
     throw ConfigError(concat(shape(), ": runs one chunk per stage; use 'interleaved' for v > 1"));
   // Every transfer needs a tag of its own below the control plane's (p2p.h).
   if (static_cast<long long>(s.stages) * s.chunks * s.microbatches > kMaxWork)
     throw ConfigError(concat(shape(), ": p·v·m is too large (more than ", kMaxWork,
                              " micro-batch passes have no unique message tags)"));
-  if (needs_m_at_least_p && s.microbatches < s.stages)
+  if (caps.m_at_least_p && s.microbatches < s.stages)
     throw ConfigError(concat(shape(), ": needs at least as many micro-batches as stages (m=",
                              s.microbatches, " < p=", s.stages,
                              "): its warm-up would use up the forwards before any steady "
                              "state. Use gpipe, or more micro-batches"));
+  if (caps.m_multiple_of_p && s.microbatches % s.stages != 0)
+    throw ConfigError(concat(
+        shape(), ": the number of micro-batches must be a multiple of the number of stages (",
+        s.microbatches, " % ", s.stages, " = ", s.microbatches % s.stages,
+        "); it runs micro-batches in groups of p, as Megatron's interleaved 1F1B does"));
   if (s.layers > 0 && s.stages * s.chunks > s.layers)
     throw ConfigError(concat(shape(), ": more virtual stages (p·v = ", s.stages * s.chunks,
                              ") than model layers (", s.layers,

@@ -40,12 +40,12 @@
 
 namespace psar::pp {
 
-// Where a model reports, during a weight-gradient action, that the
-// gradients of the parameters in arena floats [begin, end) of `chunk` are
-// complete for this micro-batch — one call per layer, in the order backward
-// finishes them (the last layer first). The executor passes the reports of
-// the chunk's last weight-gradient action of a batch on (then the gradients
-// are final for the batch): the start of overlapping the gradient sync with
+// Where a model reports, during a weight-gradient action, that the gradients of the parameters in
+// arena floats [begin, end) of `chunk` are complete for this micro-batch — one call per layer, in
+// the order backward finishes them (the last layer first) — and that the backward reads neither
+// those gradients nor those parameters again (the parameter server pulls new ones into them at
+// once). The executor passes on the reports of the chunk's last weight-gradient action of a batch
+// (then the gradients are final for the batch): the start of overlapping the gradient sync with
 // the rest of the backward (docs/overlap.md).
 class GradientSink {
  public:

@@ -20,7 +20,7 @@
 namespace psar::pp {
 
 Schedule zb_h1(const ScheduleShape& shape) {
-  detail::check_shape("zb_h1", shape, /*max_chunks=*/1, /*needs_m_at_least_p=*/true);
+  detail::check_shape("zb_h1", shape, kZbH1Caps);
   Schedule s = detail::empty_schedule("zb_h1", shape);
   const int p = shape.stages, m = shape.microbatches;
   for (int r = 0; r < p; ++r) {

@@ -30,6 +30,16 @@ model=$("$psar" plan "$cfg" --top 1 --layers 12 --hidden 1024 --heads 16 --seq 5
         --batch 256 2>&1) || fail "flags exited $?: $model"
 echo "$model" | grep -q '^model  *L=12 h=1024 a=16 s=512 V=32000 .*B=256' || fail "flags: $model"
 
+# BLOOM 176B's grid from a cluster config with sync.zero: 1 is proposed
+# (p = 12, d = 8 at t = 4, b = 2); with sync.zero=0 no p = 12 grid fits.
+bloom=$2/experiments/simulate/bloom_176b.yaml
+plan=$("$psar" plan "$bloom" --tp 4 --microbatch 2 --chunks 1 --top 100 2>&1) ||
+  fail "bloom exited $?: $plan"
+echo "$plan" | grep -qE '^ +[0-9]+ +12 +4 +8 +2 ' || fail "bloom: no t=4 p=12 d=8 b=2 row: $plan"
+plan=$("$psar" plan "$bloom" --tp 4 --microbatch 2 --chunks 1 --top 100 --set sync.zero=0 2>&1) ||
+  fail "bloom zero 0 exited $?: $plan"
+echo "$plan" | grep -qE '^ +[0-9]+ +12 +4 +8 +2 ' && fail "bloom: p=12 fits without ZeRO: $plan"
+
 expect_error() {  # expect_error FIELD ARGS...
   field=$1; shift
   err=$("$psar" plan "$cfg" "$@" 2>&1)

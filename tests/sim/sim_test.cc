@@ -327,18 +327,158 @@ TEST(Memory, TheBlocksElementwiseBytesCostBytesOverBandwidthThreeTimes) {
   c.gpu.memory_bandwidth = 1e9;
   const StepResult on = simulate_step(c, s);
   const double per_layer = block_memory_bytes(s.model, s.microbatch, 1, s.dtype_bytes) / 1e9;
-  const double expected = 3 * s.microbatches * s.model.layers * per_layer;
+  // The cross-entropy over b·s·V = 32 logits per micro-batch: forward
+  // 2 + 8 bytes each, backward 4 + 2; Adam's step 30 bytes per parameter.
+  const double logits = 1.0 * 32 * 1;
+  const double expected = 3 * s.microbatches * s.model.layers * per_layer +
+                          s.microbatches * logits * (10 + 6) / 1e9 +
+                          30.0 * static_cast<double>(model_params(s.model)) / 1e9;
   EXPECT_NEAR(on.step_s - off.step_s, expected, 1e-9 * expected);
+  EXPECT_NEAR(on.stages[0].optimizer_s, 30.0 * static_cast<double>(model_params(s.model)) / 1e9,
+              1e-15);
 }
 
 TEST(Flops, TheStepCountIsMegatronsFormula) {
   const GptShape g{128, 25600, 160, 2048, 51200};
   const double B = 3072, s = 2048, l = 128, h = 25600, V = 51200;
   const double megatron = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
-  EXPECT_NEAR(step_flops(g, 3072, true), megatron, 1e-12 * megatron);
+  EXPECT_NEAR(step_flops(g, 3072, Recompute::kFull), megatron, 1e-12 * megatron);
   // Without recomputation the blocks lose one forward of four; the head keeps its three.
   const double recomputed = 24 * B * s * l * h * h * (1 + s / (6 * h));
-  EXPECT_NEAR(step_flops(g, 3072, false), megatron - recomputed, 1e-12 * megatron);
+  EXPECT_NEAR(step_flops(g, 3072, Recompute::kNone), megatron - recomputed, 1e-12 * megatron);
+}
+
+TEST(Flops, SelectiveRecomputesTheAttentionCoreAndFullTheWholeBlock) {
+  const GptShape g{24, 2048, 16, 1024, 51200};
+  const double B = 64, s = 1024, l = 24, h = 2048;
+  const double none = step_flops(g, 64, Recompute::kNone);
+  EXPECT_NEAR(step_flops(g, 64, Recompute::kSelective) - none, 4 * B * s * s * h * l, 1e-9 * none);
+  const double block = 24 * B * s * h * h + 4 * B * s * s * h;
+  EXPECT_NEAR(step_flops(g, 64, Recompute::kFull) - none, l * block, 1e-9 * none);
+}
+
+// Llama 3 405B's block (GQA with 8 KV heads, SwiGLU of 53248), counted by
+// hand: Q and output h² each, K and V h·(8·128) each, three h × ffn MLP
+// matrices; biases h + 2·1024 (QKV), h (output), 2·ffn + h (MLP), and two
+// layer norms 4h.
+TEST(Shapes, GqaAndSwigluBlocksCountTheirParametersAndFlops) {
+  GptShape g{126, 16384, 128, 8192, 128256};
+  g.kv_heads = 8;
+  g.ffn = 53248;
+  g.swiglu = true;
+  const int64_t h = 16384, kv = 8 * 128, f = 53248;
+  const int64_t weights = 2 * h * h + 2 * h * kv + 3 * h * f;
+  EXPECT_EQ(block_params(g), weights + (h + 2 * kv) + h + (2 * f + h) + 4 * h);
+  const double bs = 8192, flops = 2 * bs * static_cast<double>(weights) + 4 * bs * bs * h;
+  EXPECT_NEAR(block_forward_flops(g, 1), flops, 1e-12 * flops);
+  // The GEMMs' own sum agrees with the count.
+  const GpuSpec gpu{1e15, 1.0, 0.0, 0};
+  EXPECT_NEAR(block_gemm_seconds(g, 1, 8, gpu).forward, flops / 8 / 1e15, 1e-9 * flops / 8e15);
+}
+
+// Korthikanti et al. 2022, Table 2: bytes one block keeps per micro-batch.
+TEST(Activations, EveryModeMatchesKorthikantisForms) {
+  const GptShape g{4, 6144, 64, 2048, 51200};
+  const double s = 2048, b = 2, h = 6144, a = 64, t = 8, sbh = s * b * h;
+  auto bytes = [&](Recompute r, bool sp) {
+    return block_activation_bytes(g, 2, 8, 2, {r, sp, false});
+  };
+  EXPECT_NEAR(bytes(Recompute::kNone, false), sbh * (10 + 24 / t + 5 * a * s / (h * t)), 1e-6);
+  EXPECT_NEAR(bytes(Recompute::kNone, true), sbh / t * (34 + 5 * a * s / h), 1e-6);
+  EXPECT_NEAR(bytes(Recompute::kSelective, false), sbh * (10 + 24 / t), 1e-6);
+  EXPECT_NEAR(bytes(Recompute::kSelective, true), sbh * 34 / t, 1e-6);
+  EXPECT_NEAR(bytes(Recompute::kFull, false), 2 * sbh, 1e-6);
+  EXPECT_NEAR(bytes(Recompute::kFull, true), 2 * sbh / t, 1e-6);
+  // Flash attention keeps fp32 softmax statistics in place of the scores.
+  EXPECT_NEAR(block_activation_bytes(g, 2, 8, 2, {Recompute::kNone, true, true}),
+              sbh * 34 / t + 4 * a * s * b / t, 1e-6);
+}
+
+TEST(Memory, SequenceParallelismSplitsTheNormsAndDropoutsBytes) {
+  const GptShape g{4, 1024, 16, 512, 1000};
+  const double bsh = 2.0 * 512 * 1024, D = 2, t = 4;
+  const double scores = 2.0 * 16 / t * 512 * 512;
+  const double without = 4 * bsh * D + 2 * scores * D + scores * (2 * D + 1) +
+                         2 * (4 * bsh / t) * D + 2 * bsh * (3 * D + 1);
+  EXPECT_NEAR(block_memory_bytes(g, 2, 4, 2, false, false), without, 1e-6);
+  const double with = 4 * bsh / t * D + 2 * scores * D + scores * (2 * D + 1) +
+                      2 * (4 * bsh / t) * D + 2 * bsh / t * (3 * D + 1);
+  EXPECT_NEAR(block_memory_bytes(g, 2, 4, 2, false, true), with, 1e-6);
+}
+
+// One GPU, no kernel overheads nor memory-bound time: a recomputation adds
+// m·L times what it runs again before each backward.
+TEST(Recompute, EachModeAddsWhatItRunsAgain) {
+  const ClusterSpec c = free_network(1);
+  StepSpec s = pipeline("1f1b", 1, 3, 1);
+  const double none = simulate_step(c, s).step_s;
+  const double per = 3.0 * static_cast<double>(s.model.layers);
+  s.recompute = Recompute::kSelective;
+  const double core = attention_core_seconds(s.model, 1, 1, c.gpu);
+  EXPECT_NEAR(simulate_step(c, s).step_s - none, per * core, 1e-9 * none);
+  s.recompute = Recompute::kFull;
+  const double block = block_gemm_seconds(s.model, 1, 1, c.gpu).forward;
+  EXPECT_NEAR(simulate_step(c, s).step_s - none, per * block, 1e-9 * none);
+  EXPECT_NEAR(core, attention_core_flops(s.model, 1) / 1e12,
+              1e-15);
+}
+
+// Sequence parallelism: a ring reduce-scatter and a ring all-gather in place
+// of each all-reduce — together the ring all-reduce's 2(t−1)α + 2(t−1)/t·n·β.
+TEST(SequenceParallel, ReduceScatterPlusAllGatherCostTheRingAllreduce) {
+  const int t = 4;
+  ClusterSpec c = uniform(1, t, 1);
+  c.intra = c.inter = {kBandwidth, kAlpha};
+  StepSpec s = pipeline("1f1b", 1, 1, 1);
+  s.tp = t;
+  s.sequence_parallel = true;
+  const StepResult r = simulate_step(c, s);
+  const double n = 2.0 * 32 * 64;  // [b, s, h] in bf16
+  const double ring = 2 * (t - 1) * kAlpha + 2.0 * (t - 1) / t * n / kBandwidth;
+  EXPECT_NEAR(r.tp_allreduce_s, ring, 1e-9 * ring);
+  s.tp = 1;
+  EXPECT_THAT([&] { check_step(s, uniform(1)); },
+              ::testing::ThrowsMessage<ConfigError>(
+                  ::testing::HasSubstr("parallel.sequence_parallel")));
+}
+
+// ZeRO-1/2 after the backward: the fp32 gradients reduce-scattered, then the
+// bf16 weights all-gathered — (d−1)α + (d−1)/d·4n·β, then (d−1)α + (d−1)/d·2n·β.
+TEST(Zero, StagesOneAndTwoReduceScatterThenAllGather) {
+  const int layers = 4, d = 2;
+  const ClusterSpec c = uniform(d);
+  StepSpec s = overlapped(layers, d);
+  s.overlap = false;
+  const double n = static_cast<double>(model_params(s.model));
+  const double rs = (d - 1) * kAlpha + (d - 1.0) / d * 4 * n / kBandwidth;
+  const double ag = (d - 1) * kAlpha + (d - 1.0) / d * 2 * n / kBandwidth;
+  for (int zero : {1, 2}) {
+    s.zero = zero;
+    const StepResult r = simulate_step(c, s);
+    EXPECT_NEAR(r.step_s, r.pipeline_s + rs + ag, 1e-9 * r.step_s) << "zero " << zero;
+  }
+  s.sync = "ps";
+  EXPECT_THAT([&] { check_step(s, c); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("sync.zero")));
+}
+
+// ZeRO-3 with compute much slower than the network: each action waits for
+// one block's gather (forward) or gather and scatter (backward), the rest
+// hides behind compute, and nothing is left to sync after the backward.
+TEST(Zero, StageThreeExposesOneGatherPerAction) {
+  const int layers = 4, d = 2;
+  ClusterSpec c = uniform(d);
+  c.gpu.peak_flops = 1e9;
+  StepSpec s = overlapped(layers, d);
+  s.overlap = false;
+  const double plain = simulate_step(c, s).pipeline_s;
+  s.zero = 3;
+  const StepResult r = simulate_step(c, s);
+  const double nb = static_cast<double>(block_params(s.model));
+  const double ag = (d - 1) * kAlpha + (d - 1.0) / d * 2 * nb / kBandwidth;
+  const double rs = (d - 1) * kAlpha + (d - 1.0) / d * 4 * nb / kBandwidth;
+  EXPECT_NEAR(r.step_s, plain + ag + ag + rs, 1e-9 * r.step_s);
+  EXPECT_DOUBLE_EQ(r.sync_exposed_s, 0.0);
 }
 
 // The order the simulator replays equals the order the stage executor runs,

@@ -11,8 +11,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <regex>
 #include <sstream>
@@ -22,16 +24,97 @@
 #include "comm/inproc_comm.h"
 #include "core/errors.h"
 #include "core/ops.h"
+#include "tests/trainer/cnn_fixture.h"
 #include "tests/trainer/three_d_fixture.h"
 #include "tests/trainer/train_fixture.h"
 #include "sync/buckets.h"
 #include "trainer/trainer.h"
+#include "workloads/model.h"
 
 namespace psar {
 namespace {
 
 using ::testing::ElementsAre;
 using testing::relative_difference;
+
+// ---- the gradient sink's promise ------------------------------------------------
+
+// The parameter server pulls a layer's new parameters into the arena as soon
+// as every worker pushed its gradient (docs/overlap.md), possibly while this
+// rank's backward goes on: so once a backward reports a layer's gradients
+// final, it must read that layer's parameters no more. A sink that
+// overwrites each reported range's parameters with NaN at once — a pull
+// landing at the worst moment, every time — leaves every gradient bitwise
+// that of the backward without a sink, fused and split, for every model.
+class ClobberingSink final : public pp::GradientSink {
+ public:
+  explicit ClobberingSink(ParamStore& store) : store_(store) {}
+  void ready(int, int64_t begin, int64_t end) override {
+    const auto p = store_.params().subspan(static_cast<size_t>(begin),
+                                           static_cast<size_t>(end - begin));
+    std::fill(p.begin(), p.end(), std::numeric_limits<float>::quiet_NaN());
+    reported += end - begin;
+  }
+  int64_t reported = 0;
+
+ private:
+  ParamStore& store_;
+};
+
+struct SinkCase {
+  std::string name;
+  Config config;
+};
+void PrintTo(const SinkCase& c, std::ostream* os) { *os << c.name; }
+
+class GradientSinkPromise : public ::testing::TestWithParam<SinkCase> {};
+
+TEST_P(GradientSinkPromise, NoParameterIsReadAfterItsGradientIsReportedFinal) {
+  const Config& cfg = GetParam().config;
+  const DatasetPair data = load_dataset(cfg);
+  const int64_t rows = 4;
+  Batch batch;
+  const std::vector<int64_t> indices = {0, 1, 2, 3};
+  data.train->gather(indices, batch);
+  const ModelContext context{nullptr, StageLayout::serial(model_layers(cfg, *data.train), rows)};
+  auto gradients = [&](bool clobber, bool split) {
+    auto model = make_model(cfg, *data.train, context);
+    ParamStore store;
+    build_params(*model, store, 1, 7);
+    ClobberingSink sink(store);
+    if (clobber) model->set_gradient_sink(&sink);
+    model->set_batch(batch);
+    const auto stash = model->make_activations(0);
+    model->forward(0, 0, *stash, {}, {});
+    if (split) {
+      model->backward_input(0, 0, *stash, {}, {});
+      model->backward_weight(0, 0, *stash);
+    } else {
+      model->backward(0, 0, *stash, {}, {});
+    }
+    if (clobber) {
+      EXPECT_EQ(sink.reported, store.size()) << "every gradient reported once";
+    }
+    const auto g = store.grads();
+    return std::vector<float>(g.begin(), g.end());
+  };
+  for (const bool split : {false, true}) {
+    const std::vector<float> want = gradients(false, split), got = gradients(true, split);
+    ASSERT_EQ(got.size(), want.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0u) << (split ? "split" : "fused") << " backward: " << differ << " of "
+                          << got.size() << " gradients read a parameter reported final";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, GradientSinkPromise,
+    ::testing::Values(SinkCase{"mlp", testing::overlap_mlp_config()},
+                      SinkCase{"gpt", testing::gpt_3d_config({})},
+                      SinkCase{"cnn", testing::cnn_config(false)}),
+    [](const auto& info) { return info.param.name; });
 
 // ---- the bucket plan ------------------------------------------------------------
 

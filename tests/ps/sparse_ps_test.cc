@@ -1,0 +1,215 @@
+// The sparse parameter server (ps/sparse_rows.h, docs/sparse.md): a model
+// whose head is 150 rows of 4 floats and whose tail is dense, over 2 shards
+// cut mid-row into chunks that cut rows too. Each worker's gradient is zero
+// outside the rows it touched. Checked: the parameters after 10 steps equal
+// the dense parameter server's and a double-precision reference; the bytes
+// on the wire equal the exact count of the touched rows (keys + values) per
+// chunk; under ssp and asp the workers' replicas, kept up by the changed rows
+// alone, end equal to the servers' parameters.
+
+#include <barrier>
+#include <set>
+
+#include "ps_test_util.h"
+#include "ps/sparse_rows.h"
+
+namespace psar::ps {
+namespace {
+
+using testing::LocalJob;
+using testing::grad_value;
+using testing::initial_params;
+using testing::relative_error;
+using testing::run_workers;
+
+constexpr int64_t kRows = 150, kDim = 4, kHead = kRows * kDim, kSize = kHead + 77;
+constexpr int kWorkers = 3, kShards = 2, kSteps = 10;
+constexpr int64_t kChunk = 100;  // floats: chunks and shards cut rows
+const RowSpace kSpace{kHead, kDim};
+
+// The rows worker w touches at step t: about a tenth, row 84 (cut by the
+// shard boundary 338) always.
+std::vector<int64_t> touched(int w, int64_t t) {
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < kRows; ++r)
+    if (r == 84 || Philox::uniform(11, (static_cast<uint64_t>(w) << 32) | t, r) < 0.1f)
+      rows.push_back(r);
+  return rows;
+}
+
+// Worker w's gradient of step t: grad_value on its touched rows and the dense tail, zero elsewhere.
+std::vector<float> sparse_grad(int w, int64_t t) {
+  std::vector<float> g(kSize, 0.0f);
+  for (int64_t r : touched(w, t))
+    for (int64_t k = r * kDim; k < (r + 1) * kDim; ++k) g[k] = grad_value(w, t, k);
+  for (int64_t k = kHead; k < kSize; ++k) g[k] = grad_value(w, t, k);
+  return g;
+}
+
+// Every chunk of the job: the shards of plan_shards cut into kChunk floats.
+std::vector<KeyRange> all_chunks() {
+  std::vector<KeyRange> out;
+  for (const KeyRange& shard : plan_shards(kSize, kShards))
+    for (int64_t b = shard.begin; b < shard.end; b += kChunk)
+      out.push_back({b, std::min(b + kChunk, shard.end)});
+  return out;
+}
+
+// Payload bytes of one push_pull direction carrying `rows`: per chunk that
+// begins among the rows 8 bytes of key plus 4 per float of each row inside
+// it, and its floats past the rows whole; the other chunks whole.
+int64_t exact_bytes(const std::set<int64_t>& rows) {
+  int64_t bytes = 0;
+  for (const KeyRange& c : all_chunks()) {
+    if (c.begin >= kHead) {
+      bytes += c.size() * 4;
+      continue;
+    }
+    if (c.end > kHead) bytes += (c.end - kHead) * 4;
+    for (int64_t r : rows) {
+      const int64_t overlap = std::min(c.end, (r + 1) * kDim) - std::max(c.begin, r * kDim);
+      if (overlap > 0) bytes += 8 + 4 * overlap;
+    }
+  }
+  return bytes;
+}
+
+ServerOptions options(Consistency consistency, bool sparse) {
+  ServerOptions o = testing::server_options();
+  o.optimizer = testing::sgd(0.05f, 0.0f);  // untouched rows stay as they are
+  o.chunk_floats = kChunk;
+  o.consistency = consistency;
+  o.staleness = 1;
+  if (sparse) o.rows = kSpace;
+  return o;
+}
+
+struct Outcome {
+  std::vector<std::vector<float>> replicas;  // by worker
+  std::vector<PsCounters> counters;          // by worker
+  std::vector<float> served;                 // the shards' parameters at the end
+};
+
+// kSteps push_pulls per worker; with `probe`, then a barrier and one more
+// push_pull of a zero gradient touching nothing (it changes nothing under
+// plain SGD, and brings every row changed since the worker last looked).
+Outcome run(Consistency consistency, bool sparse, bool probe) {
+  LocalJob job(initial_params(kSize), kShards, kWorkers, options(consistency, sparse));
+  Outcome out;
+  out.replicas.assign(kWorkers, initial_params(kSize));
+  out.counters.resize(kWorkers);
+  std::barrier sync(kWorkers);
+  run_workers(kWorkers, [&](int w) {
+    ClientOptions o = job.client(w);
+    if (sparse) o.rows = kSpace;
+    Client client(o);
+    auto& params = out.replicas[static_cast<size_t>(w)];
+    for (int64_t t = 0; t < kSteps; ++t) {
+      const auto rows = touched(w, t);
+      client.set_touched_rows(rows);
+      client.push_pull(sparse_grad(w, t), params);
+    }
+    sync.arrive_and_wait();
+    if (probe) {
+      client.set_touched_rows({});
+      client.push_pull(std::vector<float>(kSize, 0.0f), params);
+    }
+    out.counters[static_cast<size_t>(w)] = client.counters();
+    client.close();
+  });
+  job.join();
+  out.served = job.params();
+  return out;
+}
+
+// kSteps SGD steps on the double-precision average of the workers' gradients.
+std::vector<float> reference() {
+  std::vector<float> p = initial_params(kSize);
+  for (int64_t t = 0; t < kSteps; ++t) {
+    std::vector<double> sum(kSize, 0.0);
+    for (int w = 0; w < kWorkers; ++w) {
+      const auto g = sparse_grad(w, t);
+      for (int64_t k = 0; k < kSize; ++k) sum[k] += g[k];
+    }
+    for (int64_t k = 0; k < kSize; ++k)
+      p[k] = static_cast<float>(p[k] - 0.05 * static_cast<float>(sum[k] / kWorkers));
+  }
+  return p;
+}
+
+TEST(SparsePs, BspEqualsTheDensePsAndTheReference) {
+  const Outcome sparse = run(Consistency::kBsp, true, false);
+  const Outcome dense = run(Consistency::kBsp, false, false);
+  const auto ref = reference();
+  for (int w = 0; w < kWorkers; ++w) {
+    EXPECT_LE(relative_error(sparse.replicas[w], dense.replicas[w]), 1e-6) << "worker " << w;
+    EXPECT_LE(relative_error(sparse.replicas[w], ref), 1e-6) << "worker " << w;
+  }
+  EXPECT_LE(relative_error(sparse.served, ref), 1e-6);
+  // The check can fail: untouched rows kept their start, touched ones moved.
+  EXPECT_GT(relative_error(ref, initial_params(kSize)), 1e-3);
+}
+
+TEST(SparsePs, BytesOnTheWireAreTheTouchedRowsExactly) {
+  const Outcome sparse = run(Consistency::kBsp, true, false);
+  int64_t pulled = 0;
+  for (int64_t t = 0; t < kSteps; ++t) {
+    std::set<int64_t> any;  // every row some worker touched: the rows step t changed
+    for (int w = 0; w < kWorkers; ++w)
+      for (int64_t r : touched(w, t)) any.insert(r);
+    pulled += exact_bytes(any);
+  }
+  for (int w = 0; w < kWorkers; ++w) {
+    int64_t pushed = 0;
+    for (int64_t t = 0; t < kSteps; ++t) {
+      const auto rows = touched(w, t);
+      pushed += exact_bytes(std::set<int64_t>(rows.begin(), rows.end()));
+    }
+    EXPECT_EQ(sparse.counters[w].payload_bytes_out, pushed) << "worker " << w;
+    EXPECT_EQ(sparse.counters[w].payload_bytes_in, pulled) << "worker " << w;
+  }
+  // Against the dense server: every float both ways, every step.
+  const Outcome dense = run(Consistency::kBsp, false, false);
+  EXPECT_EQ(dense.counters[0].payload_bytes_out, kSteps * kSize * 4);
+  EXPECT_LT(sparse.counters[0].payload_bytes_out, dense.counters[0].payload_bytes_out / 2);
+}
+
+class SparseConsistency : public ::testing::TestWithParam<Consistency> {};
+
+TEST_P(SparseConsistency, ReplicasFollowTheServersByChangedRowsAlone) {
+  const Outcome sparse = run(GetParam(), true, true);
+  for (int w = 0; w < kWorkers; ++w)
+    EXPECT_EQ(sparse.replicas[w], sparse.served) << "worker " << w;
+  EXPECT_GT(relative_error(sparse.served, initial_params(kSize)), 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SparseConsistency,
+                         ::testing::Values(Consistency::kBsp, Consistency::kSsp, Consistency::kAsp),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+TEST(SparsePs, ABadFrameIsRejectedBeforeTheStateIsTouched) {
+  // Keys out of order, a row outside the chunk, a length that disagrees.
+  const KeyRange chunk{0, kChunk};
+  std::vector<char> frame(2 * 8 + 8 * 4);
+  const int64_t keys[2] = {3, 2};
+  std::memcpy(frame.data(), keys, sizeof keys);
+  EXPECT_NE(check_rows(kSpace, chunk, frame.data(), frame.size(), 2, 8), "");
+  const int64_t outside[2] = {2, 25};
+  std::memcpy(frame.data(), outside, sizeof outside);
+  EXPECT_NE(check_rows(kSpace, chunk, frame.data(), frame.size(), 2, 8), "");
+  const int64_t good[2] = {2, 3};
+  std::memcpy(frame.data(), good, sizeof good);
+  EXPECT_EQ(check_rows(kSpace, chunk, frame.data(), frame.size(), 2, 8), "");
+  EXPECT_NE(check_rows(kSpace, chunk, frame.data(), frame.size(), 2, 7), "");
+  EXPECT_NE(check_rows(kSpace, {kHead, kHead + 10}, frame.data(), frame.size(), 2, 8), "");
+  // A chunk reaching past the rows carries its tail too: 2 rows + 10 floats.
+  std::vector<char> mixed(2 * 8 + 18 * 4);
+  const int64_t last[2] = {kRows - 2, kRows - 1};
+  std::memcpy(mixed.data(), last, sizeof last);
+  const KeyRange across{kHead - 8, kHead + 10};
+  EXPECT_EQ(check_rows(kSpace, across, mixed.data(), mixed.size(), 2, 18), "");
+  EXPECT_NE(check_rows(kSpace, across, mixed.data(), mixed.size() - 40, 2, 8), "");
+}
+
+}  // namespace
+}  // namespace psar::ps

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/errors.h"
+#include "core/log.h"
 #include "core/timer.h"
 
 namespace psar {
@@ -196,16 +197,62 @@ Comm::OpScope::~OpScope() { comm_.operation_ = std::move(saved_); }
 // carries a few bytes at start-up and per epoch, never gradients. Its traffic
 // is kept out of the counters so byte accounting of collectives stays exact.
 
+bool Comm::is_dead(int rank) const {
+  return std::find(dead_.begin(), dead_.end(), rank) != dead_.end();
+}
+
+void Comm::receive_from_survivors(std::vector<std::span<std::byte>> into, int tag) {
+  std::vector<Request> pending(static_cast<size_t>(size_));
+  for (int r = 1; r < size_; ++r)
+    if (!is_dead(r)) pending[r] = irecv(r, into[r], tag);
+  const double deadline = now_seconds() + timeout_s_;
+  for (int r = 1; r < size_; ++r) {
+    if (!pending[r].valid()) continue;
+    while (!pending[r].test()) {
+      if (now_seconds() >= deadline) {
+        PSAR_LOG(kWarn, "comm", context("control plane: nothing from rank " + std::to_string(r) +
+                                        " within " + std::to_string(timeout_s_) +
+                                        " s; going on without it"));
+        dead_.push_back(r);
+        pending[r] = Request();  // cancels the receive
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+}
+
+void Comm::receive_from_root(std::span<std::byte> data, int tag) {
+  if (!tolerate_failures_) return recv(0, data, tag);
+  const double saved = timeout_s_;
+  timeout_s_ = 2 * saved;
+  try {
+    recv(0, data, tag);
+  } catch (...) {
+    timeout_s_ = saved;
+    throw;
+  }
+  timeout_s_ = saved;
+}
+
 void Comm::barrier() {
   const CommCounters saved = counters_;
   OpScope op(*this, "barrier");
   std::byte token{};
   if (rank_ == 0) {
-    for (int r = 1; r < size_; ++r) recv(r, std::span<std::byte>(&token, 1), kTagBarrier);
-    for (int r = 1; r < size_; ++r) send(r, std::span<const std::byte>(&token, 1), kTagBarrier);
+    std::vector<std::byte> tokens(static_cast<size_t>(size_));
+    if (tolerate_failures_) {
+      std::vector<std::span<std::byte>> into;
+      for (auto& t : tokens) into.emplace_back(&t, 1);
+      receive_from_survivors(std::move(into), kTagBarrier);
+    } else {
+      for (int r = 1; r < size_; ++r) recv(r, std::span<std::byte>(&token, 1), kTagBarrier);
+    }
+    for (int r = 1; r < size_; ++r)
+      if (!is_dead(r)) send(r, std::span<const std::byte>(&token, 1), kTagBarrier);
   } else {
     send(0, std::span<const std::byte>(&token, 1), kTagBarrier);
-    recv(0, std::span<std::byte>(&token, 1), kTagBarrier);
+    receive_from_root(std::span<std::byte>(&token, 1), kTagBarrier);
   }
   counters_ = saved;
 }
@@ -216,10 +263,19 @@ std::vector<std::vector<std::byte>> Comm::allgather_bytes(std::span<const std::b
   std::vector<std::vector<std::byte>> all(static_cast<size_t>(size_));
   if (rank_ == 0) {
     all[0].assign(mine.begin(), mine.end());
+    // Tolerating failures, the sizes come in under one deadline; the data
+    // follows each size at once.
+    std::vector<uint64_t> n(static_cast<size_t>(size_), 0);
+    if (tolerate_failures_) {
+      std::vector<std::span<std::byte>> into;
+      for (auto& v : n) into.push_back(std::as_writable_bytes(std::span<uint64_t>(&v, 1)));
+      receive_from_survivors(std::move(into), kTagGatherSize);
+    }
     for (int r = 1; r < size_; ++r) {
-      uint64_t n = 0;
-      recv(r, std::as_writable_bytes(std::span<uint64_t>(&n, 1)), kTagGatherSize);
-      all[r].resize(n);
+      if (is_dead(r)) continue;
+      if (!tolerate_failures_)
+        recv(r, std::as_writable_bytes(std::span<uint64_t>(&n[r], 1)), kTagGatherSize);
+      all[r].resize(n[r]);
       recv(r, std::span<std::byte>(all[r]), kTagGatherData);
     }
   } else {
@@ -260,8 +316,11 @@ void Comm::broadcast_bytes(std::span<std::byte> data, int root) {
   if (rank_ == root) {
     std::vector<Request> reqs;
     for (int r = 0; r < size_; ++r)
-      if (r != root) reqs.push_back(isend(r, std::span<const std::byte>(data), kTagBcast));
+      if (r != root && !is_dead(r))
+        reqs.push_back(isend(r, std::span<const std::byte>(data), kTagBcast));
     wait_all(reqs);
+  } else if (root == 0) {
+    receive_from_root(data, kTagBcast);
   } else {
     recv(root, data, kTagBcast);
   }
@@ -272,6 +331,7 @@ double Comm::allreduce_sum(double value) {
   const auto all = allgather_bytes(std::as_bytes(std::span<const double>(&value, 1)));
   double sum = 0;  // same order on every rank: identical result everywhere
   for (const auto& v : all) {
+    if (v.size() != sizeof(double)) continue;  // a dead rank's (tolerate_failures)
     double x;
     std::memcpy(&x, v.data(), sizeof x);
     sum += x;
@@ -283,6 +343,7 @@ double Comm::allreduce_max(double value) {
   const auto all = allgather_bytes(std::as_bytes(std::span<const double>(&value, 1)));
   double best = value;
   for (const auto& v : all) {
+    if (v.size() != sizeof(double)) continue;  // a dead rank's (tolerate_failures)
     double x;
     std::memcpy(&x, v.data(), sizeof x);
     best = std::max(best, x);

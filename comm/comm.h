@@ -136,6 +136,18 @@ class Comm {
   double allreduce_sum(double value);
   double allreduce_max(double value);
 
+  // ---- a control plane that outlives its members ----
+  // With tolerate_failures(true), rank 0 gives up on a rank whose part of a
+  // barrier or all-gather misses the deadline (it died): that rank is dead()
+  // from then on — its parts of later all-gathers are empty, the sums and
+  // maxima above leave it out, rank 0's broadcasts skip it. The others still
+  // wait for rank 0. For the workers of a parameter server that survives a
+  // dead worker (ps.on_worker_failure: continue); point-to-point traffic is
+  // unchanged.
+  void tolerate_failures(bool on) { tolerate_failures_ = on; }
+  // Rank 0: the ranks it gave up on, in the order it did; empty elsewhere.
+  const std::vector<int>& dead() const { return dead_; }
+
   // ---- network emulation (comm/netem.h) ----
   // Every message this rank sends or receives passes through `nic`
   // (null = no emulation). Two levels: with `intra` set, messages to a peer
@@ -225,6 +237,17 @@ class Comm {
   double timeout_s_ = 60.0;
   double poll_sleep_s_ = 0;
   std::string operation_;
+  bool tolerate_failures_ = false;
+  std::vector<int> dead_;
+  bool is_dead(int rank) const;
+  // Rank 0 with tolerate_failures: receives into[r] (exactly its size, tag
+  // `tag`) from every rank r > 0 not dead, all posted at once under one
+  // deadline; a rank whose message misses it is dead from then on.
+  void receive_from_survivors(std::vector<std::span<std::byte>> into, int tag);
+  // Ranks but 0 with tolerate_failures: rank 0's answer may come a whole
+  // deadline late (it waited for a dead rank first), so the wait for it
+  // gets two.
+  void receive_from_root(std::span<std::byte> data, int tag);
 };
 
 }  // namespace psar

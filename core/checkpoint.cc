@@ -225,7 +225,9 @@ bool resume_may_differ(const std::string& key) {
                                       "experiment.description",
                                       "experiment.sweep",
                                       "experiment.plot",
-                                      "experiment.ranks"};
+                                      "experiment.ranks",
+                                      "hetero.kill_rank",
+                                      "hetero.kill_step"};
   return std::any_of(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; });
 }
 
@@ -291,13 +293,6 @@ std::vector<float> reshard_range(const std::vector<int64_t>& old_bounds, int64_t
   return out;
 }
 
-bool reshards_on_resume(const CheckpointFile& manifest, const Config& config,
-                        const JobIdentity& job) {
-  const std::string grid = manifest.get("grid");
-  return config.get_int("sync.zero") > 0 && job.pp == 1 && job.tp == 1 &&
-         grid.rfind("1 1 ", 0) == 0;
-}
-
 void check_resumable(const CheckpointFile& manifest, const Config& config, const JobIdentity& job,
                      const std::string& where) {
   std::vector<std::string> why;
@@ -306,13 +301,13 @@ void check_resumable(const CheckpointFile& manifest, const Config& config, const
   const std::string keys = config_differences(saved.flat(), config.flat(), "the checkpoint",
                                               "this run", &resume_may_differ);
   if (!keys.empty()) why.push_back("configuration: " + keys);
-  const bool reshards = reshards_on_resume(manifest, config, job);
-  if (manifest.get_int("world_size") != job.world_size && !reshards)
+  const bool resized = dp_resize(manifest, config, job).resized;
+  if (!resized && manifest.get_int("world_size") != job.world_size)
     why.push_back("world size: " + manifest.get("world_size") + " ranks wrote it, this job has " +
                   std::to_string(job.world_size));
   const std::string grid = std::to_string(job.pp) + " " + std::to_string(job.tp) + " " +
                            std::to_string(job.dp) + " " + job.order;
-  if (manifest.get("grid") != grid && !reshards)
+  if (!resized && manifest.get("grid") != grid)
     why.push_back("grid (p t d order): '" + manifest.get("grid") + "' in the checkpoint, '" + grid +
                   "' in this run");
   if (config.get_string("optimizer.schedule") != "constant" &&
@@ -324,6 +319,29 @@ void check_resumable(const CheckpointFile& manifest, const Config& config, const
   std::string text = "--resume: the checkpoint " + where + " was written by a different job:";
   for (const auto& w : why) text += "\n  " + w;
   throw ConfigError(text);
+}
+
+DpResize dp_resize(const CheckpointFile& manifest, const Config& config, const JobIdentity& job) {
+  std::istringstream grid(manifest.get("grid"));
+  int pp = 0, tp = 0, dp = 0;
+  std::string order;
+  grid >> pp >> tp >> dp >> order;
+  if (dp == job.dp) return {};
+  const int servers = manifest.get_int("world_size") - manifest.get_int("workers");
+  std::string why;
+  if (pp != 1 || tp != 1 || job.pp != 1 || job.tp != 1)
+    why = "with pipeline or tensor parallelism (p t = " + std::to_string(pp) + " " +
+          std::to_string(tp) + " in the checkpoint, " + std::to_string(job.pp) + " " +
+          std::to_string(job.tp) + " in this run) each replica's files are not one state";
+  else if (manifest.get("sync") != job.sync)
+    why = "sync.backend " + manifest.get("sync") + " wrote it, this run has " + job.sync;
+  else if (servers != job.world_size - job.workers)
+    why = std::to_string(servers) + " dedicated server ranks wrote it, this run has " +
+          std::to_string(job.world_size - job.workers);
+  if (!why.empty())
+    throw ConfigError("--resume onto " + std::to_string(job.dp) + " data-parallel replicas of a " +
+                      "checkpoint written by " + std::to_string(dp) + ": " + why);
+  return {.resized = true, .reshard = config.get_int("sync.zero") > 0};
 }
 
 }  // namespace psar

@@ -94,7 +94,8 @@ struct JobIdentity {
 CheckpointFile make_manifest(int64_t step, const Config& config, const JobIdentity& job);
 // Throws ConfigError naming what differs (each differing config key with
 // both values, the world size, the grid) when `manifest` was not written by
-// this job; `where` names the checkpoint for the message.
+// this job; `where` names the checkpoint for the message. A data-parallel
+// size that differs alone is no difference where dp_resize allows it.
 void check_resumable(const CheckpointFile& manifest, const Config& config, const JobIdentity& job,
                      const std::string& where);
 
@@ -109,11 +110,26 @@ std::vector<float> reshard_range(const std::vector<int64_t>& old_bounds, int64_t
                                  int64_t end,
                                  const std::function<std::vector<float>(int)>& old_piece);
 
-// Whether a checkpoint written on another data-parallel size may be resumed
-// by resharding it: a sharded optimizer (sync.zero > 0) under data
-// parallelism alone, in the checkpoint and in this run.
-bool reshards_on_resume(const CheckpointFile& manifest, const Config& config,
-                        const JobIdentity& job);
+// Elastic resume: a checkpoint written by d = N data-parallel replicas,
+// resumed by a job with d = M (docs/checkpoints.md). Allowed where every
+// replica's file holds the same state — parameters replicated, optimizer
+// state replicated (allreduce backends) or on the PS shards — i.e. without
+// pipeline or tensor parallelism (p = t = 1) and, for the parameter server,
+// with the same shards (dedicated ranks: the world differs by N − M too).
+// The global batch is kept (train.batch_size is the same key), so each of
+// the M replicas takes batch/M rows of the data position the checkpoint
+// recorded. Returns the rank whose file `rank` of the new job restores:
+// `rank` itself when d did not change, rank 0 (every replica's file is the
+// same) when it did — except where the optimizer state is sharded over the
+// replicas (sync.zero > 0): then `reshard` is set and each new rank cuts its
+// piece anew from the old pieces (reshard_range). Throws ConfigError saying
+// why a resize is refused.
+struct DpResize {
+  bool resized = false;  // the checkpoint's d differs from the job's
+  bool reshard = false;  // resized, with a sharded optimizer state (sync.zero > 0)
+  int source_rank(int rank) const { return resized ? 0 : rank; }
+};
+DpResize dp_resize(const CheckpointFile& manifest, const Config& config, const JobIdentity& job);
 
 // "optimizer.lr = 0.05 in A, 0.1 in B; ..." for the keys whose values differ
 // (ignoring those for which `skip(key)` is true); "" when none.

@@ -157,6 +157,7 @@ void Client::open_round(wire::MessageType type, int64_t clock, std::span<const f
     round_.items.push_back({s.socket.handle(), 0, ZMQ_POLLIN, 0});
   }
   min_version_ = std::numeric_limits<int64_t>::max();
+  min_averaged_ = std::numeric_limits<int>::max();
   in_flight_.clear();
 }
 
@@ -408,6 +409,7 @@ void Client::handle_reply(Shard& s, std::vector<zmq::message_t>& frames, size_t 
   min_version_ = std::min(min_version_, h.version());
   if (h.push_dropped()) ++counters_.pushes_dropped;
   if (h.type() != wire::MSG_PARAMS) return;
+  min_averaged_ = std::min(min_averaged_, static_cast<int>(h.averaged()));
   const size_t bytes = count == 2 ? frames[1].size() : 0;
   s.seen[static_cast<size_t>(chunk)] = h.version();
   if (h.sparse()) {

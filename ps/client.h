@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <span>
 #include <string>
@@ -112,6 +113,11 @@ class Client {
   int64_t size() const { return size_; }  // M
   // Fewest updates any shard had applied at its last reply (staleness under ssp/asp).
   int64_t min_version() const { return min_version_; }
+  // Fewest workers any chunk's newest applied clock averaged, over the
+  // parameters of the last push_pull or pull (0: none applied yet, or asp).
+  int min_averaged() const {
+    return min_averaged_ == std::numeric_limits<int>::max() ? 0 : min_averaged_;
+  }
   const PsCounters& counters() const { return counters_; }
   // How long a reply may take: ps.timeout + 1 s (the server's diagnosis first).
   double reply_deadline_s() const;
@@ -175,6 +181,7 @@ class Client {
   std::vector<Shard> shards_;
   int64_t clock_ = 0;
   int64_t min_version_ = 0;
+  int min_averaged_ = 0;
   PsCounters counters_;
   BorrowedFrames borrowed_;  // zero-copy payload frames of the current round
   OnTheWire<Reply> in_flight_;  // under emulation: replies not yet arrived

@@ -360,6 +360,7 @@ void Server::send_params(zmq::message_t& identity, const wire::Header& request, 
   reply.set_key_end(keys.end);
   reply.set_payload_floats(keys.size());
   reply.set_version(state.applied());
+  reply.set_averaged(state.last_averaged());
   reply.set_push_dropped(push_dropped);
   zmq::message_t payload;
   const RowVersions& rv = rows_[static_cast<size_t>(chunk)];

@@ -212,6 +212,7 @@ void ShardState::apply_complete_clocks() {
       inputs.push_back(slot.grads[w].data.data());
     }
     average_gradients(avg, inputs);
+    last_averaged_ = static_cast<int>(inputs.size());
     optimizer_->step(params_.writable(), avg);
     for (auto& g : slot.grads) g = {};
     std::fill(slot.arrived.begin(), slot.arrived.end(), 0);

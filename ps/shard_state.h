@@ -121,6 +121,8 @@ class ShardState {
   bool has_failed(int worker) const { return failed_[worker]; }
   // The first clock applied without every worker (-1: none yet).
   int64_t workers_changed_at() const { return workers_changed_at_; }
+  // How many gradients the newest applied clock averaged (0 before any; asp: 0).
+  int last_averaged() const { return last_averaged_; }
 
   bool all_left() const { return left_count_ == options_.workers; }
   bool has_left(int worker) const { return left_[worker]; }
@@ -169,6 +171,7 @@ class ShardState {
   std::vector<char> failed_;
   int left_count_ = 0;
   int64_t workers_changed_at_ = -1;
+  int last_averaged_ = 0;
   int64_t applied_ = 0;
 };
 

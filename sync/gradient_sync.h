@@ -56,6 +56,10 @@ class GradientSync {
   // The optimizer this rank steps, for checkpoints; null when the optimizer
   // state lives elsewhere (the parameter server's shards save their own).
   virtual Optimizer* optimizer() { return nullptr; }
+  // How many workers' gradients the last step's new parameters averaged,
+  // where a backend can average fewer than the group (the parameter server
+  // under ps.on_worker_failure: continue); 0 = the whole group.
+  virtual int averaged() const { return 0; }
   // Sparse models (docs/sparse.md): before each step, the rows of
   // SyncInit::sparse this rank's batch touched (ascending, unique; every
   // other row's gradient is zero). Dense backends ignore them.

@@ -91,6 +91,8 @@ CommCounters PsSync::counters() const {
   return out;
 }
 
+int PsSync::averaged() const { return rank_.client->min_averaged(); }
+
 ps::PsCounters PsSync::server_counters() const {
   return rank_.server_thread ? rank_.server_thread->server().counters() : ps::PsCounters{};
 }

@@ -36,6 +36,7 @@ class PsSync final : public GradientSync {
   void wait_sent() override;
   // Payload floats this worker pushed (sent) and pulled (received), in bytes.
   CommCounters counters() const override;
+  int averaged() const override;
   const ps::PsCounters& client_counters() const { return rank_.client->counters(); }
   // ps.sparse / hybrid: the touched rows of the next push_pull.
   void set_touched_rows(std::span<const int64_t> rows) override {

@@ -1,6 +1,8 @@
 #include "trainer/hetero.h"
 
 #include <algorithm>
+#include <csignal>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 
@@ -77,6 +79,13 @@ HeteroPlan HeteroPlan::from_config(const Config& config, int world_size) {
         "got " +
         std::to_string(p.pareto_shape));
   p.delay_ranks = ranks_in_world(config, "hetero.delay.ranks", world_size);
+  p.kill_rank = static_cast<int>(config.get_int("hetero.kill_rank"));
+  if (p.kill_rank < -1 || p.kill_rank >= world_size)
+    throw ConfigError("hetero.kill_rank: rank " + std::to_string(p.kill_rank) +
+                      " is outside the world [0, " + std::to_string(world_size) + ") (-1 = none)");
+  p.kill_step = config.get_int("hetero.kill_step");
+  if (p.kill_step < 0)
+    throw ConfigError("hetero.kill_step: must be >= 0, got " + std::to_string(p.kill_step));
   return p;
 }
 
@@ -107,6 +116,15 @@ double HeteroPlan::delay(int rank, int64_t step) const {
 double HeteroPlan::injected(int rank, int64_t step, double compute_s) const {
   const double slow = contains(slow_ranks, rank) ? (slow_factor - 1) * compute_s : 0;
   return slow + delay(rank, step);
+}
+
+void kill_now(int rank, int64_t step) {
+  std::fprintf(stderr, "psar: rank %d: killing itself at the start of step %lld (hetero.kill_rank)\n",
+               rank, static_cast<long long>(step));
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::raise(SIGKILL);
+  std::abort();  // not reached
 }
 
 double inject_delay(const HeteroPlan& plan, int rank, int64_t step, double compute_s,

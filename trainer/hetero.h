@@ -22,6 +22,10 @@
 // Under sync.overlap the wait delays the finalize step only; the buckets
 // already on the wire keep going.
 //
+// An injected failure: world rank hetero.kill_rank raises SIGKILL on itself
+// at the start of 0-based step hetero.kill_step — no handler, no goodbye, no
+// MPI_Finalize, as if the host had died (kill_now).
+//
 // Per-rank NIC bandwidth (hetero.nic_ranks, hetero.nic_bandwidth) is the
 // network emulator's business: comm/netem.h.
 
@@ -48,6 +52,8 @@ struct HeteroPlan {
   double delay_mean = 0;  // seconds
   double pareto_shape = 2;
   std::vector<int> delay_ranks;  // empty: every rank
+  int kill_rank = -1;             // hetero.kill_rank: dies (SIGKILL) at the start of kill_step
+  int64_t kill_step = 0;
 
   // Philox stream of rank r's delays: kDelayStream + r.
   static constexpr uint64_t kDelayStream = fnv1a("hetero.delay");
@@ -59,9 +65,14 @@ struct HeteroPlan {
   bool active() const;
   // delay(rank, step) above: 0 for a rank without delays.
   double delay(int rank, int64_t step) const;
+  // Whether world rank `rank` is to die at the start of 0-based `step`.
+  bool kills(int rank, int64_t step) const { return rank == kill_rank && step == kill_step; }
   // injected(rank, step) above for a step whose compute took `compute_s`.
   double injected(int rank, int64_t step, double compute_s) const;
 };
+
+// Flushes stdout and stderr, then SIGKILLs this process (hetero.kill_rank).
+[[noreturn]] void kill_now(int rank, int64_t step);
 
 // Waits injected(rank, step, compute_s) on the shared monotonic clock and
 // records it as an "injected" span on track 0 (args: the 1-based step of

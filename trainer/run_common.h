@@ -49,6 +49,7 @@ struct StepRow {
   double exposed_sync_s;  // the part of the sync the step waited for after the backward
   double injected_s = 0;       // delay injected after the compute (trainer/hetero.h)
   int64_t pushes_dropped = 0;  // chunk pushes the PS dropped as late (ps.backup_workers)
+  int workers = 0;  // workers whose gradients this step's new parameters averaged
 };
 
 // The evaluation split: calls fn(batch) for the test rows of data-parallel

@@ -157,6 +157,8 @@ Schema build() {
   s.add({"hetero.delay.mean", T::kDuration, "0s", "mean of the random delay"});
   s.add({"hetero.delay.pareto_shape", T::kFloat, "2", "pareto: tail index alpha (> 1; heavier tail as it nears 1)"});
   s.add({"hetero.delay.ranks", T::kIntList, "[]", "world ranks that draw delays ([] = every rank)"});
+  s.add({"hetero.kill_rank", T::kInt, "-1", "world rank that kills itself (SIGKILL) at the start of hetero.kill_step: an injected failure (-1 = none; docs/ps.md)"});
+  s.add({"hetero.kill_step", T::kInt, "0", "0-based step at whose start hetero.kill_rank dies (0 <= step < the run's steps)"});
   s.add({"hetero.nic_ranks", T::kIntList, "[]", "world ranks (workers or PS servers) whose emulated NIC runs at hetero.nic_bandwidth instead of net.bandwidth"});
   s.add({"hetero.nic_bandwidth", T::kBandwidth, "", "bandwidth of hetero.nic_ranks' NICs (needs net.bandwidth, one-level network)"});
 

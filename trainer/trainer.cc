@@ -95,14 +95,17 @@ int64_t microbatch_rows(int64_t batch, int d, int m) {
 // rows (a forward-only pass). Its transfers are tagged above every tag of a
 // batch (p2p.h): 2·p·v·m + the producer. Only TP rank 0 of the last stage
 // adds its counts (its TP group computed the same ones).
+// alone: this rank evaluates the whole test set by itself (no pipeline, no
+// sum: ps.on_worker_failure continue, where a dead worker's slice would be lost).
 EvalStats evaluate(Model& model, const StageLayout& layout, const Dataset& test, ProcessGrid& grid,
-                   Comm& workers) {
+                   Comm& workers, bool alone) {
   EvalStats total;
   std::vector<float> x, y;
   const int p = layout.stages, last = layout.vstages() - 1;
   const int tag0 = 2 * layout.vstages() * layout.microbatches;
   Comm& pipeline = grid.pp();
-  for_each_eval_batch(test, grid.dp().rank(), grid.dp().size(), [&](const Batch& batch) {
+  for_each_eval_batch(test, alone ? 0 : grid.dp().rank(), alone ? 1 : grid.dp().size(),
+                      [&](const Batch& batch) {
     for (int c = 0; c < layout.chunks; ++c) {
       const int u = layout.vstage(c);
       if (u > 0) {
@@ -121,7 +124,7 @@ EvalStats evaluate(Model& model, const StageLayout& layout, const Dataset& test,
       }
     }
   });
-  return sum_eval(workers, total);
+  return alone ? total : sum_eval(workers, total);
 }
 
 // Floats this stage sends over the pipeline per batch: m activations per
@@ -182,8 +185,9 @@ int64_t dp_floats_formula(const Model& model, const ParamStore& store, int t) {
 // The checkpoint --resume continues from: the latest complete one in
 // out_dir as world rank 0 sees it (broadcast, so every rank reads the same
 // one), checked against this job on every rank. -1 for a new run.
+// `resize`: whether it was written by another data-parallel size (dp_resize).
 int64_t find_resume_step(Comm& world, const Config& config, const TrainOptions& options,
-                         const JobIdentity& job) {
+                         const JobIdentity& job, DpResize& resize) {
   const std::string& from = options.resume_from;
   if (from.empty()) return -1;
   int64_t step = world.rank() == 0 ? latest_checkpoint(from) : 0;
@@ -192,7 +196,9 @@ int64_t find_resume_step(Comm& world, const Config& config, const TrainOptions& 
     throw agreed(ConfigError("--resume " + from + ": no complete checkpoint in " + from +
                              "/checkpoints (set train.checkpoint_every to write them)"));
   const std::string dir = checkpoint_dir(from, step);
-  check_resumable(CheckpointFile::read(manifest_path(dir)), config, job, dir);
+  const CheckpointFile manifest = CheckpointFile::read(manifest_path(dir));
+  check_resumable(manifest, config, job, dir);
+  resize = dp_resize(manifest, config, job);
   if (step >= job.total_steps)
     throw agreed(ConfigError("--resume: the checkpoint " + dir + " is at step " +
                              std::to_string(step) + " and this run has " +
@@ -266,7 +272,7 @@ int64_t optimizer_state_bytes(GradientSync& sync) {
 }
 
 // A checkpoint written by `old_n` data-parallel ranks, resumed by rank
-// `rank` of `n` (reshards_on_resume): the parameters (replicated), the
+// `rank` of `n` (dp_resize's reshard): the parameters (replicated), the
 // step's counters and the model's RNG from old rank 0's file, the optimizer
 // state resharded from the old ranks' pieces (core/checkpoint.h).
 void restore_resharded(const std::string& dir, int old_n, int rank, int n, int64_t step,
@@ -459,7 +465,8 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   job.sync = sync_name;
   job.total_steps = plan.total_steps;
   job.psar_version = psar_version();
-  const int64_t first_step = find_resume_step(world, config, options, job);
+  DpResize resize;
+  const int64_t first_step = find_resume_step(world, config, options, job, resize);
   const int64_t checkpoint_every = config.get_int("train.checkpoint_every");
   if (checkpoint_every < 0)
     throw ConfigError("train.checkpoint_every must be >= 0, got " +
@@ -470,6 +477,27 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   const double exit_after = config.get_duration("train.exit_after");
   if (exit_at_step < 0 || exit_after < 0)
     throw ConfigError("train.exit_at_step and train.exit_after must be >= 0 (0 = off)");
+  if (hetero.kill_rank >= 0 && hetero.kill_step >= plan.total_steps)
+    throw ConfigError("hetero.kill_step " + std::to_string(hetero.kill_step) +
+                      " is past the run's " + std::to_string(plan.total_steps) + " steps");
+  // ps.on_worker_failure: continue — the workers' control plane (the step
+  // log's gathers, the loss, the stop agreement, the end) goes on without a
+  // worker that died (Comm::tolerate_failures); the evaluation is worker 0's
+  // alone, over the whole test set. (sync_capabilities refused it for any
+  // backend but the parameter server.)
+  const bool survives = config.get_string("ps.on_worker_failure") == "continue";
+  // The workers' control plane gives up on a dead worker after sync.timeout,
+  // while the survivors are silent to the servers, which drop a worker
+  // silent past ps.timeout: the first must come first.
+  if (survives && !(config.get_duration("sync.timeout") < config.get_duration("ps.timeout")))
+    throw ConfigError(concat("ps.on_worker_failure: continue needs sync.timeout (",
+                             config.get_duration("sync.timeout"), " s) below ps.timeout (",
+                             config.get_duration("ps.timeout"), " s): the workers must give up on a dead "
+                      "worker before the servers give up on the live ones waiting for it"));
+  if (survives && checkpoint_every > 0)
+    throw ConfigError("train.checkpoint_every with ps.on_worker_failure: continue: a checkpoint "
+                      "needs every worker's file, and a dead worker writes none (set "
+                      "train.checkpoint_every 0)");
   if ((exit_at_step > 0 || exit_after > 0) && options.out_dir.empty())
     throw ConfigError("train.exit_at_step / train.exit_after end with a checkpoint: the run "
                       "needs a run directory (--out)");
@@ -493,6 +521,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     return result;
   }
   Comm& workers = *setup.workers;  // every rank that trains
+  workers.tolerate_failures(survives);
   GradientSync& sync = *setup.sync;
   // A backend whose servers keep the optimizer state (the parameter server)
   // saves it at train.checkpoint_every steps only: an early stop must fall on one.
@@ -536,13 +565,15 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   const Stopwatch restore_clock;
   if (first_step >= 0) {
     const std::string dir = checkpoint_dir(options.resume_from, first_step);
-    const auto old_world = CheckpointFile::read(manifest_path(dir)).get_int("world_size");
-    if (old_world != world.size())  // check_resumable allowed it: resharding
+    if (resize.reshard) {  // a sharded optimizer state: each rank cuts its piece anew
+      const auto old_world = CheckpointFile::read(manifest_path(dir)).get_int("world_size");
       restore_resharded(dir, static_cast<int>(old_world), workers.rank(), workers.size(),
                         first_step, store, sync, *model);
-    else
-      restore_rank(CheckpointFile::read(rank_checkpoint_path(dir, workers.rank())),
-                   workers.rank(), grid->coord(), first_step, store, sync, *model);
+    } else {  // onto another data-parallel size: every rank restores replica 0's file
+      const int source = resize.source_rank(workers.rank());
+      restore_rank(CheckpointFile::read(rank_checkpoint_path(dir, source)), source,
+                   resize.resized ? GridCoord{} : grid->coord(), first_step, store, sync, *model);
+    }
   }
   const double restore_s = workers.allreduce_max(restore_clock.seconds());
   begin_run_files(workers, config, options.out_dir);
@@ -624,6 +655,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   };
   for (; step < plan.total_steps; ++step) {
     progress.steps_done = step;
+    if (hetero.kills(world.rank(), step)) kill_now(world.rank(), step);
     const Stopwatch step_clock;
     const int64_t epoch = step / plan.steps_per_epoch, pos = step % plan.steps_per_epoch;
     if (epoch != order_epoch) {
@@ -715,7 +747,8 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
              sync1.bytes_recv - sync0.bytes_recv,
          axis.tp_messages + pipe1.messages_sent - pipe0.messages_sent + sync1.messages_sent -
              sync0.messages_sent,
-         exposed_s, injected_s, sync1.pushes_dropped - sync0.pushes_dropped},
+         exposed_s, injected_s, sync1.pushes_dropped - sync0.pushes_dropped,
+         sync.averaged() > 0 ? sync.averaged() : d},
         axis);
 
     // Whether this step is the last: the plan's, train.exit_at_step, or a
@@ -731,7 +764,9 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     const bool last = step + 1 == plan.total_steps || stop != kRunOn;
     const bool logs = (step + 1) % plan.log_every == 0 || last;
     if (logs) {
-      const double mean_loss = workers.allreduce_sum(holds_loss ? loss : 0.0) / d;
+      // (Under continue, over the workers still alive.)
+      const double holders = survives ? workers.allreduce_sum(holds_loss ? 1.0 : 0.0) : d;
+      const double mean_loss = workers.allreduce_sum(holds_loss ? loss : 0.0) / holders;
       if (lead && options.verbose)
         print_progress(plan, step, mean_loss, result.test_accuracy, train_time,
                        std::max<int64_t>(first_step, 0));
@@ -749,8 +784,8 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     // (Layer-wise, the thread's spans of the last step's end come with the
     // next step's wait(), or here.)
     if (overlap && (evaluates || checkpoints || last)) trace_comm(overlap->wait_pulls());
-    if (evaluates) {
-      const EvalStats s = evaluate(*model, layout, *data.test, *grid, workers);
+    if (evaluates && (!survives || lead)) {
+      const EvalStats s = evaluate(*model, layout, *data.test, *grid, workers, survives);
       result.test_accuracy = s.count ? static_cast<double>(s.correct) / s.count : 0.0;
       result.test_loss = s.count ? s.loss_sum / s.count : 0.0;
       log.add_eval(step + 1, static_cast<double>(step + 1) / plan.steps_per_epoch,

@@ -152,6 +152,7 @@ FOLDERS = {
     "ps_curve": script("ps_curve"),
     "hybrid_cnn": script("hybrid_cnn"),
     "hybrid_cnn_crossover": script("hybrid_cnn"),
+    "where_ps_wins": script("where_ps_wins"),
     "collective_engine": folder_script("table.py", ["data", "922cf5b", "f721acc"], "table.md"),
     "zero": script("zero"),
 }

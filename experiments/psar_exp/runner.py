@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 
 import yaml
@@ -148,6 +149,61 @@ def train_command(binary, exp_path, out, point, extra=(), cluster=None):
     for s in point.sets:
         cmd += ["--set", s]
     return cmd
+
+
+@dataclass
+class Attempt:
+    """One launch of a job run with restarts: its world size, exit code,
+    wall seconds, and the step it resumed from (None: from the start)."""
+    ranks: int
+    returncode: int
+    wall_s: float
+    resumed_from: object = None
+
+
+def latest_checkpoint_step(run_dir):
+    """The step of the latest complete checkpoint (its MANIFEST written last)
+    under run_dir/checkpoints, or None."""
+    steps = []
+    root = os.path.join(run_dir, "checkpoints")
+    for name in os.listdir(root) if os.path.isdir(root) else ():
+        m = re.fullmatch(r"step_0*(\d+)", name)
+        if m and os.path.exists(os.path.join(root, name, "MANIFEST")):
+            steps.append(int(m.group(1)))
+    return max(steps) if steps else None
+
+
+def run_with_restarts(train_cmd, ranks, out, max_restarts, min_ranks=1, relaunch_sets=(),
+                      launch=None, timeout_s=3600):
+    """A relaunch loop in the spirit of torchrun's --max-restarts: runs
+    train_cmd(ranks, resume) — the full command line for `ranks` processes,
+    resuming run directory `out` when resume is true — and, each time the job
+    fails, relaunches it from its latest complete checkpoint onto the
+    surviving size (one rank fewer per failure: the one that died), with
+    `relaunch_sets` (--set key=value, e.g. hetero.kill_rank=-1) added. A job
+    that fails before its first checkpoint starts again from step 0. Stops
+    at the first success, after max_restarts relaunches, or below min_ranks
+    ranks (RunError naming the attempts). Returns the attempts in order."""
+    launch = launch or (lambda cmd: subprocess.run(cmd, capture_output=True, text=True,
+                                                   timeout=timeout_s))
+    attempts = []
+    while True:
+        step = latest_checkpoint_step(out) if attempts else None
+        cmd = train_cmd(ranks, step is not None)
+        if attempts:
+            for s in relaunch_sets:
+                cmd += ["--set", s]
+        print("+", " ".join(cmd), flush=True)
+        start = time.monotonic()
+        done = launch(cmd)
+        attempts.append(Attempt(ranks, done.returncode, time.monotonic() - start, step))
+        if done.returncode == 0:
+            return attempts
+        if len(attempts) > max_restarts or ranks - 1 < min_ranks:
+            raise RunError(f"the job failed {len(attempts)} time(s), the last at {ranks} ranks "
+                           f"(max_restarts {max_restarts}, min_ranks {min_ranks}):\n"
+                           f"{(done.stdout or '')[-2000:]}\n{(done.stderr or '')[-2000:]}")
+        ranks -= 1
 
 
 def bench_allreduce_args(psar, algos, sweep, segment_bytes, csv=None, volume_csv=None, sets=()):

@@ -227,3 +227,39 @@ def test_psar_exp_launches_every_experiment_script_and_names_them(capsys):
     out = capsys.readouterr().out
     assert f"--out {os.path.join(runner.ROOT, 'runs', 'quickstart')}/" in out
     assert main(["gpt_3d", "--no-such-flag"]) == 2  # the script's own argparse answers
+
+
+def test_a_failed_job_is_relaunched_from_its_latest_checkpoint_one_rank_smaller(tmp_path):
+    out = tmp_path / "run"
+    calls = []
+
+    class Done:
+        def __init__(self, rc):
+            self.returncode, self.stdout, self.stderr = rc, "", ""
+
+    def launch(cmd):
+        calls.append(cmd)
+        if len(calls) == 1:  # dies after checkpoints 10 (complete) and 20 (no MANIFEST yet)
+            for step, complete in ((10, True), (20, False)):
+                d = out / "checkpoints" / f"step_{step:08d}"
+                d.mkdir(parents=True)
+                if complete:
+                    (d / "MANIFEST").write_text("")
+            return Done(137)
+        return Done(0)
+
+    def train_cmd(ranks, resume):
+        return ["mpirun", "-np", str(ranks), "psar", "train", "e.yaml", "--out", str(out)] + (
+            ["--resume", str(out)] if resume else [])
+
+    attempts = runner.run_with_restarts(train_cmd, 4, str(out), max_restarts=2,
+                                        relaunch_sets=["hetero.kill_rank=-1"], launch=launch)
+    assert [(a.ranks, a.returncode, a.resumed_from) for a in attempts] == [(4, 137, None), (3, 0, 10)]
+    assert calls[0] == train_cmd(4, False)
+    assert calls[1] == train_cmd(3, True) + ["--set", "hetero.kill_rank=-1"]
+
+    calls.clear()
+    always = lambda cmd: (calls.append(cmd), Done(1))[1]
+    with pytest.raises(runner.RunError, match="failed 2 time"):
+        runner.run_with_restarts(train_cmd, 4, str(tmp_path / "other"), max_restarts=1, launch=always)
+    assert [c[2] for c in calls] == ["4", "3"]

@@ -150,6 +150,45 @@ TEST(InProcComm, ControlPlaneCollectivesAgreeAndAreNotCounted) {
   });
 }
 
+// tolerate_failures: rank 3 takes part once, then goes silent (as a killed
+// process does). Rank 0 gives up on it after one deadline; the others' sums,
+// maxima, gathers and barriers go on over ranks 0..2 and cost no second
+// deadline. Without it, the same silence is a TimeoutError.
+TEST(InProcComm, AToleratingControlPlaneGoesOnWithoutASilentRank) {
+  InProcOptions o;
+  o.timeout_s = 1.0;
+  std::vector<double> later_s(3);
+  run_inproc(4, [&](Comm& c) {
+    c.tolerate_failures(true);
+    EXPECT_EQ(c.allreduce_sum(c.rank() + 1), 1 + 2 + 3 + 4);
+    if (c.rank() == 3) return;
+    EXPECT_EQ(c.allreduce_sum(c.rank() + 1), 1 + 2 + 3);
+    EXPECT_EQ(c.allreduce_max(c.rank()), 2);
+    const Stopwatch clock;
+    c.barrier();
+    const int mine = c.rank();
+    const auto all = c.allgather_bytes(std::as_bytes(std::span<const int>(&mine, 1)));
+    ASSERT_EQ(all.size(), 4u);
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(all[r].size(), sizeof(int));
+    EXPECT_TRUE(all[3].empty());
+    later_s[c.rank()] = clock.seconds();
+    if (c.rank() == 0) EXPECT_EQ(c.dead(), std::vector<int>{3});
+    else EXPECT_TRUE(c.dead().empty());
+  }, o);
+  for (const double s : later_s) EXPECT_LT(s, 1.0);  // the dead rank is not waited for again
+
+  std::string error;
+  try {
+    run_inproc(3, [](Comm& c) {
+      if (c.rank() == 2) return;
+      c.allreduce_sum(1.0);
+    }, o);
+  } catch (const TimeoutError& e) {
+    error = e.what();
+  }
+  EXPECT_THAT(error, HasSubstr("timed out"));
+}
+
 TEST(InProcComm, CountersRecordBytesAndMessages) {
   run_inproc(2, [](Comm& c) {
     std::vector<float> v(100);

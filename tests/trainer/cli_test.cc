@@ -78,7 +78,7 @@ TEST_F(Cli, AGoodConfigRunsAndWritesItsFiles) {
   std::getline(in, header);
   EXPECT_EQ(header,
             "rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages,"
-            "exposed_sync_s,injected_s,pushes_dropped");
+            "exposed_sync_s,injected_s,pushes_dropped,workers");
   std::ifstream summary(dir_ / "run" / "summary.csv");
   std::getline(summary, header);
   std::string row;
@@ -267,14 +267,15 @@ TEST_F(Cli, BackupWorkersUnderMpirunDropExactlyBPushesPerStep) {
   std::ifstream in(dir_ / "run" / "steps.csv");
   std::string line;
   std::getline(in, line);
-  ASSERT_THAT(line, HasSubstr(",injected_s,pushes_dropped"));
+  ASSERT_THAT(line, HasSubstr(",injected_s,pushes_dropped,workers"));
   int rows = 0;
   long dropped = 0;
   while (std::getline(in, line)) {
     std::vector<std::string> cells;
     std::stringstream ss(line);
     for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
-    ASSERT_EQ(cells.size(), 13u) << line;
+    ASSERT_EQ(cells.size(), 14u) << line;
+    EXPECT_EQ(cells[13], "2") << line;  // each clock averaged N = 3 - b workers
     const double compute = std::stod(cells[5]), injected = std::stod(cells[11]);
     if (cells[0] == "2") {
       EXPECT_NEAR(injected, 2 * compute, 1e-8 * compute) << line;

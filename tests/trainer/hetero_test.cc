@@ -318,7 +318,10 @@ TEST(BackupWorkers, EveryClockDropsBPushesInTraining) {
   ASSERT_EQ(rows.size(), 3u);
   double dropped = 0;
   for (const auto& [rank, by_step] : rows)
-    for (const auto& [step, row] : by_step) dropped += row.at("pushes_dropped");
+    for (const auto& [step, row] : by_step) {
+      dropped += row.at("pushes_dropped");
+      EXPECT_EQ(row.at("workers"), 2) << "rank " << rank << " step " << step;  // N, not N + b
+    }
   EXPECT_EQ(dropped, steps);
 }
 
@@ -340,6 +343,30 @@ TEST(BackupWorkers, BadCountsAndBackendsAreConfigErrorsNamingTheKey) {
   ssp.set("ps.backup_workers=1");
   ssp.set("ps.consistency=ssp");
   EXPECT_NE(train_config_error(4, ssp).find("ps.backup_workers needs ps.consistency: bsp"),
+            std::string::npos);
+}
+
+// The injected failure and continue's own refusals, before any work starts.
+TEST(WorkerFailure, BadKillsAndContinueSettingsAreConfigErrorsNamingTheKey) {
+  Config outside = small_mlp_config("ring", 2);
+  outside.set("hetero.kill_rank=3");
+  EXPECT_NE(train_config_error(3, outside).find("hetero.kill_rank: rank 3 is outside the world [0, 3)"),
+            std::string::npos);
+  Config late = small_mlp_config("ring", 2);
+  late.set("hetero.kill_rank=1");
+  late.set("hetero.kill_step=2");
+  EXPECT_NE(train_config_error(3, late).find("hetero.kill_step 2 is past the run's 2 steps"),
+            std::string::npos);
+  Config deadlines = small_mlp_config("ps", 2);
+  for (const std::string a : {"ps.on_worker_failure=continue", "sync.timeout=5s", "ps.timeout=5s"})
+    deadlines.set(a);
+  EXPECT_NE(train_config_error(3, deadlines).find("continue needs sync.timeout (5 s) below ps.timeout (5 s)"),
+            std::string::npos);
+  Config saving = small_mlp_config("ps", 2);
+  for (const std::string a : {"ps.on_worker_failure=continue", "sync.timeout=1s", "ps.timeout=2s",
+                              "train.checkpoint_every=1"})
+    saving.set(a);
+  EXPECT_NE(train_config_error(3, saving).find("train.checkpoint_every with ps.on_worker_failure: continue"),
             std::string::npos);
 }
 

@@ -75,11 +75,7 @@ SCHEMES = ["dp", "hybrid", "fc_replicated"]
 
 
 def train(psar, n, run_dir, sets):
-    cmd = ["flock", "/tmp/psar-measure.lock"] + runner.mpirun_prefix(n) + [
-        psar, "train", YAML, "--out", run_dir, "--overwrite"]
-    for s in sets:
-        cmd += ["--set", s]
-    return runner.run(cmd)
+    return runner.locked_train(psar, n, YAML, run_dir, sets)
 
 
 def accuracy(args):

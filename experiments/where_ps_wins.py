@@ -126,7 +126,7 @@ def time_to_target(run_dir, first_step=0):
 def one(psar, row, backend, run_dir):
     """Runs one cell once; returns its CSV fields (status ok, no_target or failed)."""
     ranks, sets = sets_for(row, backend)
-    lock = ["flock", "/tmp/psar-measure.lock"]
+    lock = ["flock", runner.MEASURE_LOCK]
     fields = {"lost_s": "0", "restarts": "0"}
 
     def command(n, resume, extra=()):

@@ -49,11 +49,7 @@ VARIANTS = {
 
 
 def train(psar, n, run_dir, sets):
-    cmd = ["flock", "/tmp/psar-measure.lock"] + runner.mpirun_prefix(n) + [
-        psar, "train", YAML, "--out", run_dir, "--overwrite"]
-    for s in sets:
-        cmd += ["--set", s]
-    return runner.run(cmd)
+    return runner.locked_train(psar, n, YAML, run_dir, sets)
 
 
 def memory(args):

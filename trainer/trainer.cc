@@ -254,16 +254,20 @@ int64_t optimizer_state_bytes(GradientSync& sync) {
   return bytes;
 }
 
-// A checkpoint written by `old_n` data-parallel ranks, resumed by rank
-// `rank` of `n` (dp_resize's reshard): the parameters (replicated), the
-// step's counters and the model's RNG from old rank 0's file, the optimizer
-// state resharded from the old ranks' pieces (core/checkpoint.h).
-void restore_resharded(const std::string& dir, int old_n, int rank, int n, int64_t step,
-                       ParamStore& store, GradientSync& sync, Model& model) {
+// A checkpoint written by `old_n` data-parallel replicas, resumed by replica
+// `rank` of `n` of the same (stage, tensor rank) cell (dp_resize's reshard);
+// `old_rank(q)` is the world rank that wrote the cell's replica q. The
+// parameters (replicated over the cell), the step's counters and the model's
+// RNG from replica 0's file, the optimizer state resharded from the old
+// replicas' pieces (core/checkpoint.h).
+void restore_resharded(const std::string& dir, int old_n, const std::function<int(int)>& old_rank,
+                       int rank, int n, int64_t step, ParamStore& store, GradientSync& sync,
+                       Model& model) {
   std::map<int, CheckpointFile> files;
   auto file = [&](int q) -> const CheckpointFile& {
     auto it = files.find(q);
-    if (it == files.end()) it = files.emplace(q, CheckpointFile::read(rank_checkpoint_path(dir, q))).first;
+    if (it == files.end())
+      it = files.emplace(q, CheckpointFile::read(rank_checkpoint_path(dir, old_rank(q)))).first;
     return it->second;
   };
   const CheckpointFile& first = file(0);
@@ -566,15 +570,21 @@ class TrainingRun {
     Comm& workers = *workers_;
     if (first_step_ >= 0) {
       const std::string dir = checkpoint_dir(options_.resume_from, first_step_);
-      if (resize_.reshard) {  // a sharded optimizer state: each rank cuts its piece anew
-        const auto old_world = CheckpointFile::read(manifest_path(dir)).get_int("world_size");
-        restore_resharded(dir, static_cast<int>(old_world), workers.rank(), workers.size(),
-                          first_step_, store_, *sync_, *model_);
-      } else {  // onto another data-parallel size: every rank restores replica 0's file
-        const int source = resize_.source_rank(workers.rank());
-        restore_rank(CheckpointFile::read(rank_checkpoint_path(dir, source)), source,
-                     resize_.resized ? GridCoord{} : grid_->coord(), first_step_, store_, *sync_,
-                     *model_);
+      if (!resize_.resized) {
+        restore_rank(CheckpointFile::read(rank_checkpoint_path(dir, workers.rank())),
+                     workers.rank(), grid_->coord(), first_step_, store_, *sync_, *model_);
+      } else {  // onto another d: this rank's (stage, tensor rank) cell as the old grid held it
+        const GridShape& now = grid_->shape();
+        const GridShape old_shape = make_grid_shape(now.pp * now.tp * resize_.old_dp, now.tp,
+                                                    now.pp, o_.parallel.order);
+        const GridCoord& at = grid_->coord();
+        const auto old_rank = [&](int q) { return grid_rank(old_shape, {at.tp, q, at.pp}); };
+        if (resize_.reshard)  // a sharded optimizer state: each replica cuts its piece anew
+          restore_resharded(dir, resize_.old_dp, old_rank, grid_->dp().rank(),
+                            grid_->dp().size(), first_step_, store_, *sync_, *model_);
+        else  // replicated: every replica restores the cell's replica 0
+          restore_rank(CheckpointFile::read(rank_checkpoint_path(dir, old_rank(0))), old_rank(0),
+                       {at.tp, 0, at.pp}, first_step_, store_, *sync_, *model_);
       }
     }
     restore_s_ = workers.allreduce_max(restore_clock.seconds());

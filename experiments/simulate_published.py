@@ -19,14 +19,13 @@ import argparse
 import csv
 import json
 import os
-import subprocess
 import tempfile
 
 import yaml
 
 from psar_exp import ROOT
 from psar_exp.io import md_table, write_text
-from psar_exp.runner import add_output_flags, begin, main_guard, output_root, psar_binary, \
+from psar_exp.runner import add_output_flags, begin, main_guard, output_root, psar_binary, run, \
     record_provenance
 
 CONFIGS = os.path.join(ROOT, "experiments", "simulate")
@@ -59,7 +58,7 @@ def simulate(psar, row):
         cmd = [psar, "simulate", os.path.join(CONFIGS, BASE[row["gpu"]]), "--json", out]
         for s in sets(row):
             cmd += ["--set", s]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        run(cmd, echo=False)
         with open(out) as f:
             return json.load(f)
 

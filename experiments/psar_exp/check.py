@@ -16,7 +16,6 @@ a new folder says how it is produced.
 import importlib.util
 import os
 import re
-import subprocess
 import sys
 
 from psar_exp import ROOT, report, runner
@@ -68,7 +67,7 @@ def folder_script(script, args, output):
         cmd = [sys.executable, os.path.join(folder, script),
                *[os.path.join(folder, a) if os.path.exists(os.path.join(folder, a)) else a
                  for a in args]]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        done = runner.launch(cmd, echo=False)
         if done.returncode != 0:
             raise ValueError(f"{' '.join(cmd)} failed: {done.stderr.strip()}")
         return {output: done.stdout}

@@ -7,7 +7,6 @@ once: the parameter server's α-β model and byte counts, and the fit of α and
 """
 
 import json
-import subprocess
 
 from psar_exp import runner
 
@@ -59,7 +58,7 @@ def query(ranks, sizes, algos=None, segment_bytes=None, alpha=0.0, beta=0.0, gam
         cmd += ["--algos", ",".join(algos)]
     if segment_bytes is not None:
         cmd += ["--set", f"sync.segment_bytes={segment_bytes}"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = runner.launch(cmd, echo=False)
     if done.returncode != 0:
         raise runner.RunError(f"psar cost failed ({done.returncode}): {done.stderr.strip()}")
     out = json.loads(done.stdout)

@@ -205,7 +205,8 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
   // memory-bound kernels and kernel launches: the forward's, and as many
   // again in each half of the backward.
   const double ovh = cluster.gpu.kernel_overhead;
-  const GemmSeconds block = block_gemm_seconds(s.model, s.microbatch, t, cluster.gpu);
+  const GemmSeconds block =
+      block_gemm_seconds(s.model, s.microbatch, t, cluster.gpu, s.flash_attention);
   const GemmSeconds head = head_gemm_seconds(s.model, s.microbatch, t, cluster.gpu);
   const double memory_s =
       cluster.gpu.memory_bandwidth > 0
@@ -217,7 +218,8 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& s) {
   // forward (full), or the attention core's two GEMMs, its softmax and
   // dropout (selective: four kernels, no TP communication).
   const double core_s =
-      attention_core_seconds(s.model, s.microbatch, t, cluster.gpu) + kAttentionCoreKernels * ovh +
+      attention_core_seconds(s.model, s.microbatch, t, cluster.gpu, s.flash_attention) +
+      kAttentionCoreKernels * ovh +
       (cluster.gpu.memory_bandwidth > 0
            ? attention_core_memory_bytes(s.model, s.microbatch, t, s.dtype_bytes,
                                          s.flash_attention) /

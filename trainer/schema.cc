@@ -176,6 +176,8 @@ Schema build() {
   s.add({"cluster.intra.bandwidth", T::kBandwidth, "300GB/s", "simulate: per-GPU link to the node's switch, each way"});
   s.add({"cluster.intra.latency", T::kDuration, "5us", "simulate: per-message latency inside a node"});
   s.add({"cluster.inter.bandwidth", T::kBandwidth, "200Gbit", "simulate: per-NIC bandwidth between nodes, each way"});
+  s.add({"cluster.intra.efficiency", T::kStringList, "[]", "simulate: the switch links' bus efficiency, SIZE:SHARE points ascending in a collective's size (docs/simulate.md); empty: ideal"});
+  s.add({"cluster.inter.efficiency", T::kStringList, "[]", "simulate: the NICs' bus efficiency, SIZE:SHARE points ascending in a collective's size (docs/simulate.md); empty: ideal"});
   s.add({"cluster.inter.latency", T::kDuration, "5us", "simulate: per-message latency between nodes"});
   s.add({"cluster.inter.nics_per_node", T::kInt, "8", "simulate: NICs per node (GPU i uses NIC i·nics/gpus_per_node)"});
   s.add({"simulate.kv_heads", T::kInt, "0", "simulate/plan: key-value heads of grouped-query attention (0 = model.heads)"});

@@ -112,10 +112,11 @@ def render(folder):
     with open(os.path.join(folder, "rows.csv")) as f:
         sim = {r["id"]: r for r in csv.DictReader(f)}
     rows = load_data()
-    constants = {}
+    constants, yaml_cluster = {}, {}
     for gpu, name in BASE.items():
         with open(os.path.join(CONFIGS, name)) as f:
-            constants[gpu] = yaml.safe_load(f)["cluster"]["gpu"]
+            yaml_cluster[gpu] = yaml.safe_load(f)["cluster"]
+            constants[gpu] = yaml_cluster[gpu]["gpu"]
     table, misses = [], []
     for row in rows:
         r = sim[row["id"]]
@@ -144,6 +145,11 @@ def render(folder):
         for gpu in BASE] + [
         [gpu.upper(), BASE[gpu], "kernel_overhead", constants[gpu]["kernel_overhead"],
          "set by hand (a round prior), not fitted"] for gpu in BASE] + [
+        [gpu.upper(), BASE[gpu], "cluster.inter.efficiency",
+         ", ".join(yaml_cluster[gpu]["inter"].get("efficiency", [])) or "ideal",
+         "the NICs' bus efficiency by collective size, from the published nccl-tests all_reduce "
+         "curve of 16 A100s in two nodes (docs/simulate.md, \"Bus efficiency\"); not fitted"]
+        for gpu in BASE] + [
         [gpu.upper(), BASE[gpu], "peak, SMs, memory bandwidth",
          f"{constants[gpu]['peak_flops']}, {constants[gpu]['sms']}, "
          f"{constants[gpu]['memory_bandwidth']}", "the GPU's data sheet"] for gpu in BASE])
@@ -153,9 +159,13 @@ def render(folder):
             "the error and the target it is held to; `assumed` lists what the source does not "
             "state and this repository chose. Sequence 2048 and vocabulary 51200 on A100 "
             "(DGX A100 nodes, 8 x 200 Gbit/s InfiniBand, hierarchical all-reduce of fp32 "
-            "gradients after the backward), Llama on H100 (8 x 400 Gbit/s, flash attention). "
+            "gradients after the backward), Llama 3 and the Megatron-LM README's weak-scaling rows "
+            "on H100 (8 x 400 Gbit/s, flash attention; the README's rows at sequence 4096, "
+            "vocabulary 131072, v the best of those dividing L/p where unstated). The NICs run "
+            "at the bus efficiency of a published nccl-tests curve (docs/simulate.md). "
             "TFLOP/s per GPU counts the recomputed FLOPs (Megatron's 96·B·s·l·h² form with "
-            "full recomputation); MFU does not.\n\n" +
+            "full recomputation); MFU and model TFLOP/s do not. `figure checked against` names "
+            "the copy of the source each published figure was re-checked against.\n\n" +
             md_table(["id", "source", "figure checked against", "configuration", "metric", "published", "predicted",
                       "error", "target", "assumed"], table) +
             f"\nRows outside their target: {', '.join(misses) if misses else 'none'} "

@@ -453,11 +453,18 @@ class StepSimulation {
   // ZeRO 1 and 2: once a stage's gradients are reduce-scattered and its
   // shard stepped (`from`), its 16-bit weights are all-gathered, every group
   // at once. Per stage, when they are.
+  // With overlap_param_gather only the first bucket's gather (the weights
+  // of one gradient bucket, bucket_bytes / grad_bytes) stays in the step;
+  // the rest hides behind the next step's forward.
   std::vector<double> gather_weights(const std::vector<double>& from) {
     std::vector<GroupRun> runs;
     for (int st = 0; st < p_; ++st)
       for (int j = 0; j < t_; ++j) {
-        const int64_t count = out_.stages[at(st)].params;
+        const int64_t params = out_.stages[at(st)].params;
+        const int64_t count =
+            s_.overlap_param_gather
+                ? std::min(params, std::max<int64_t>(1, s_.bucket_bytes / s_.grad_bytes))
+                : params;
         auto [it, fresh] = weight_gathers_.try_emplace(count);
         if (fresh) it->second = ring_all_gather_program(ring_shape(d_, count, ElementType::kFp32, {}));
         std::vector<int> gpus;

@@ -533,6 +533,24 @@ TEST(Zero, StagesOneAndTwoReduceScatterThenAllGather) {
               ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("sync.zero")));
 }
 
+// --overlap-param-gather: only the first bucket's gather stays in the step,
+// (d−1)α + (d−1)/d·2c·β for a bucket of c weights.
+TEST(Zero, OverlappedParamGatherExposesOneBucket) {
+  const int layers = 4, d = 2;
+  const ClusterSpec c = uniform(d);
+  StepSpec s = overlapped(layers, d);
+  s.overlap = false;
+  s.zero = 1;
+  s.overlap_param_gather = true;
+  s.bucket_bytes = 4 * block_params(s.model);  // one block's fp32 gradients
+  const double n = static_cast<double>(model_params(s.model));
+  const double bucket = static_cast<double>(block_params(s.model));
+  const double rs = (d - 1) * kAlpha + (d - 1.0) / d * 4 * n / kBandwidth;
+  const double ag = (d - 1) * kAlpha + (d - 1.0) / d * 2 * bucket / kBandwidth;
+  const StepResult r = simulate_step(c, s);
+  EXPECT_NEAR(r.step_s, r.pipeline_s + rs + ag, 1e-9 * r.step_s);
+}
+
 // ZeRO-3 with compute much slower than the network: each action waits for
 // one block's gather (forward) or gather and scatter (backward), the rest
 // hides behind compute, and nothing is left to sync after the backward.

@@ -33,6 +33,8 @@ CONFIGS = os.path.join(ROOT, "experiments", "simulate")
 DATA = os.path.join(CONFIGS, "published.csv")
 BASE = {"a100": "megatron_145p6b.yaml", "h100": "llama3_405b_8192.yaml"}
 # The band each source's rows are held to (None: predicted and reported, no target).
+# Strong scaling's target: the simulated loss within this many points of the paper's.
+STRONG_SCALING_POINTS = 3.0
 # v = best tries at most this many chunks per stage.
 MAX_CHUNKS = 8
 TARGET = {"Narayanan": 5.0, "Korthikanti": 8.0, "Llama": None, "NVIDIA Megatron-LM README": None}
@@ -169,7 +171,35 @@ def render(folder):
             md_table(["id", "source", "figure checked against", "configuration", "metric", "published", "predicted",
                       "error", "target", "assumed"], table) +
             f"\nRows outside their target: {', '.join(misses) if misses else 'none'} "
-            f"({len(misses)} of {len(rows)}).\n\n## Constants\n\n" + consts)
+            f"({len(misses)} of {len(rows)}).\n\n" + strong_scaling(rows, sim) +
+            "## Constants\n\n" + consts)
+
+
+def strong_scaling(rows, sim):
+    """Narayanan et al.'s Table 2 is strong scaling at a fixed batch: per model, each
+    row's throughput loss against the smallest GPU count, paper and simulated, held
+    to within STRONG_SCALING_POINTS percentage points."""
+    groups = {}
+    for row in rows:
+        if row["source"].startswith("Narayanan"):
+            groups.setdefault((row["layers"], row["hidden"], row["batch"]), []).append(row)
+    table, worst = [], 0.0
+    for group in groups.values():
+        group.sort(key=lambda r: int(r["gpus"]))
+        base = group[0]
+        pub0, pred0 = float(base["published"]), float(sim[base["id"]]["predicted"])
+        for row in group[1:]:
+            pub_loss = 100 * (1 - float(row["published"]) / pub0)
+            pred_loss = 100 * (1 - float(sim[row["id"]]["predicted"]) / pred0)
+            worst = max(worst, abs(pred_loss - pub_loss))
+            table.append([row["id"], f"{base['gpus']} -> {row['gpus']}", f"{pub_loss:.1f} %",
+                          f"{pred_loss:.1f} %", f"{pred_loss - pub_loss:+.2f}"])
+    return ("## Strong scaling at a fixed batch (Narayanan et al. 2021, Table 2)\n\n"
+            "Throughput per GPU lost against the model's smallest GPU count, paper and simulated; "
+            f"the largest difference is {worst:.2f} points (target: {STRONG_SCALING_POINTS:g} "
+            f"points, {'met' if worst <= STRONG_SCALING_POINTS else 'missed'}).\n\n" +
+            md_table(["id", "GPUs", "paper loss", "simulated loss", "difference (points)"], table)
+            + "\n")
 
 
 def regenerate(folder, results):

@@ -156,6 +156,7 @@ FOLDERS = {
     "collective_engine": folder_script("table.py", ["data", "922cf5b", "6f31694"], "table.md"),
     "zero": script("zero"),
     "pp_hop": script("pp_hop"),
+    "gloo_tcp": folder_script("table.py", ["data"], "table.md"),
 }
 
 PROVENANCE = re.compile(re.escape(runner.PROVENANCE_BEGIN) + r"\n(.*?)" +

@@ -157,6 +157,7 @@ FOLDERS = {
     "zero": script("zero"),
     "pp_hop": script("pp_hop"),
     "gloo_tcp": folder_script("table.py", ["data"], "table.md"),
+    "cluster_emulator": folder_script("table.py", ["data"], "table.md"),
 }
 
 PROVENANCE = re.compile(re.escape(runner.PROVENANCE_BEGIN) + r"\n(.*?)" +

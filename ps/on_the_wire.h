@@ -4,12 +4,8 @@
 // but a NIC takes packets in the order they arrive; so a shard (and a
 // worker) holds what ZeroMQ hands over and releases it in the order it left
 // its sender, each once the wire could have delivered it (egress end +
-// latency), with the time its slot on this endpoint's ingress ends: the
-// delivery. A worker waits for it (its parameters are not there before); a
-// shard does not, it stamps its replies to depart no earlier (so its own
-// work hides under the wire's time, as on a host of its own, and it sleeps
-// once per poll rather than once per message). A message handed over later
-// than its modelled arrival is delivered late by that much.
+// latency) and after its slot on this endpoint's ingress. A message handed
+// over later than its modelled arrival is delivered late by that much.
 
 #include <cstddef>
 #include <map>
@@ -31,11 +27,10 @@ class OnTheWire {
     held_.emplace(sent_at, Held{bytes, std::move(message)});
   }
 
-  // The earliest-sent message once it can have arrived, with `delivered` set
-  // to the end of its ingress slot (the caller waits for it or stamps its
-  // replies with it); nullopt while none can, with `next` set to when the
-  // earliest may arrive (0: nothing held).
-  std::optional<M> release(double& next, double& delivered) {
+  // The earliest-sent message once it can have arrived, after waiting out its
+  // ingress slot; nullopt while none can, with `next` set to when the earliest
+  // may arrive (0: nothing held).
+  std::optional<M> release(double& next) {
     next = 0;
     if (held_.empty()) return std::nullopt;
     auto first = held_.begin();
@@ -46,7 +41,7 @@ class OnTheWire {
     }
     Held held = std::move(first->second);
     held_.erase(first);
-    delivered = nic_->arrive(held.bytes, sent_at);
+    wait_until(nic_->arrive(held.bytes, sent_at));
     return std::move(held.message);
   }
 

@@ -227,7 +227,7 @@ double Server::deliver_in_flight() {
   // first, as long as it shows up before the earliest held one has arrived.
   double next = 0;
   while (!done() && !stop_.load()) {
-    std::optional<Request> r = in_flight_.release(next, delivered_at_);
+    std::optional<Request> r = in_flight_.release(next);
     if (!r) return next;
     try {
       take_in(r->frames, r->count, r->header, r->chunk);
@@ -410,8 +410,7 @@ void Server::send_reply(zmq::message_t& identity, wire::Header& reply, zmq::mess
   reply.set_shard(options_.shard);
   if (options_.nic) {
     const size_t bytes = reply.ByteSizeLong() + sizeof(double) + (payload ? payload->size() : 0);
-    // Not before the request that made it possible was delivered.
-    reply.set_sent_at(options_.nic->depart(bytes, std::max(now_seconds(), delivered_at_)));
+    reply.set_sent_at(options_.nic->depart(bytes, now_seconds()));
   }
   const std::string head = encode_header(reply);
   zmq::message_t id;

@@ -22,12 +22,9 @@
 // with a peer-failed error, and run() ends with CommError once every worker
 // has left or been told.
 //
-// Under network emulation (options.nic) a valid request is taken in, in the
-// order requests left their senders, once the wire could have brought it;
-// its delivery is when the shard's NIC has received it — N workers' pushes
-// serialize on its ingress, the parameter server's bottleneck — and every
-// reply leaves through its egress no earlier than the delivery of the
-// request that made it possible (ps/on_the_wire.h).
+// Under network emulation (options.nic) a valid request is taken in only when
+// the shard's NIC has received it — N workers' pushes serialize on its ingress,
+// the parameter server's bottleneck — and every reply leaves through its egress.
 
 #include <array>
 #include <atomic>
@@ -211,7 +208,6 @@ class Server {
   std::string endpoint_;
   std::vector<Parked> parked_;
   OnTheWire<Request> in_flight_;  // under emulation: requests not yet arrived
-  double delivered_at_ = 0;       // under emulation: the delivery of the latest request taken in
   std::string failure_;     // set when a departed worker made a pull impossible
   std::vector<char> told_;  // by worker: sent that failure
   std::atomic<bool> stop_{false};

@@ -23,10 +23,13 @@ Each benchmark runs under `flock /tmp/psar-measure.lock`; `uptime` and
 `vmstat 1 3` before every repetition go to data/machine.txt, every time to
 data/runs.csv:
 
-  rep,where,N,method,servers,chunk_bytes,size,time_s
+  rep,where,N,method,servers,chunk_bytes,size,time_s,echo_s
 
 (time_s: the benchmark's median over rounds of the slowest rank's time per
-sync.) report writes README.md's generated blocks from data/runs.csv and
+sync; echo_s, PS rows: the same messages echoed by plain ZeroMQ servers
+without emulation in the same benchmark — what the host's cores take to
+move them, a floor the emulated time cannot beat.) A cluster layout that
+fails is noted in data/machine.txt and left out. report writes README.md's generated blocks from data/runs.csv and
 `psar cost`: per N and chunk size the median over reps of the ring and the
 PS, PS ÷ ring (target ≤ 0.75: the α-β forms give (n + N·c)/(2(N−1)/N·n)),
 and the PS beside its α-β prediction (target within 15 %).
@@ -53,7 +56,7 @@ SEGMENT = "512K"  # the ring's segments (sync.segment_bytes)
 RING_TARGET = 0.75   # PS (S = N) ÷ ring, at most
 MODEL_TOLERANCE = 0.15  # |PS ÷ its α-β prediction − 1|, at most
 CLUSTER = {"name": "psar-sp", "subnet": "10.99.230.0/24"}
-FIELDS = ["rep", "where", "N", "method", "servers", "chunk_bytes", "size", "time_s"]
+FIELDS = ["rep", "where", "N", "method", "servers", "chunk_bytes", "size", "time_s", "echo_s"]
 
 
 def machine_lines():
@@ -96,34 +99,39 @@ def measure_emulator(psar, rep, tmp):
         csv = os.path.join(tmp, f"ring_{rep}_{N}.csv")
         runner.run(locked(runner.mpirun_prefix(N) + ring_cmd(psar, csv, sets)))
         rows.append({"method": "ring", "N": N, "servers": "", "chunk_bytes": "",
-                     "time_s": bench_time(csv, "ring")})
+                     "time_s": bench_time(csv, "ring"), "echo_s": ""})
         for chunk in CHUNKS:
             csv = os.path.join(tmp, f"ps_{rep}_{N}_{chunk}.csv")
             runner.run(locked(runner.mpirun_prefix(2 * N) + ps_cmd(psar, N, chunk, csv, sets)))
             rows.append({"method": "ps", "N": N, "servers": N, "chunk_bytes": parse_bytes(chunk),
-                         "time_s": bench_time(csv, "ps")})
+                         "time_s": bench_time(csv, "ps"), "echo_s": bench_time(csv, "zmq_raw")})
     return [{"rep": rep, "where": "emulator", "size": parse_bytes(SIZE), **r} for r in rows]
 
 
-def measure_cluster(psar, rep, tmp):
+def measure_cluster(psar, rep, tmp, notes):
     cluster = [os.path.join(ROOT, "scripts", "cluster.sh"), "--name", CLUSTER["name"]]
     rows = []
     for N in NS:
-        runner.run(cluster + ["up", "--hosts", str(2 * N), "--link", LINK,
-                              "--subnet", CLUSTER["subnet"]])
         try:
+            runner.run(cluster + ["up", "--hosts", str(2 * N), "--link", LINK,
+                                  "--subnet", CLUSTER["subnet"]])
             csv = os.path.join(tmp, f"cring_{rep}_{N}.csv")
             runner.run(locked(runner.cluster_prefix(N, per_host=1, name=CLUSTER["name"]) +
                               ring_cmd(psar, csv)))
-            rows.append({"method": "ring", "N": N, "servers": "", "chunk_bytes": "",
-                         "time_s": bench_time(csv, "ring")})
+            got = [{"method": "ring", "N": N, "servers": "", "chunk_bytes": "",
+                    "time_s": bench_time(csv, "ring"), "echo_s": ""}]
             for chunk in CHUNKS:
                 csv = os.path.join(tmp, f"cps_{rep}_{N}_{chunk}.csv")
                 runner.run(locked(runner.cluster_prefix(2 * N, name=CLUSTER["name"],
                                                         slots=[1] * (2 * N)) +
                                   ps_cmd(psar, N, chunk, csv)))
-                rows.append({"method": "ps", "N": N, "servers": N,
-                             "chunk_bytes": parse_bytes(chunk), "time_s": bench_time(csv, "ps")})
+                got.append({"method": "ps", "N": N, "servers": N,
+                            "chunk_bytes": parse_bytes(chunk), "time_s": bench_time(csv, "ps"),
+                            "echo_s": bench_time(csv, "zmq_raw")})
+            rows += got
+        except runner.RunError as e:
+            notes.append(f"cluster N = {N}, repetition {rep}: failed, left out: "
+                         f"{str(e).splitlines()[0]}")
         finally:
             runner.run(cluster + ["down"])
     return [{"rep": rep, "where": "cluster", "size": parse_bytes(SIZE), **r} for r in rows]
@@ -140,7 +148,7 @@ def measure(args):
             notes += [f"repetition {rep}:"] + machine_lines()
             rows += measure_emulator(psar, rep, tmp)
             if not args.no_cluster:
-                rows += measure_cluster(psar, rep, tmp)
+                rows += measure_cluster(psar, rep, tmp, notes)
             write_csv(os.path.join(data, "runs.csv"), rows, FIELDS)
     notes += ["after the runs:"] + machine_lines()
     write_text(os.path.join(data, "machine.txt"), "\n".join(notes) + "\n")
@@ -148,19 +156,21 @@ def measure(args):
     runner.record_provenance(args.out, state)
 
 
-def medians(rows):
-    """{(where, N, method, chunk_bytes): (median seconds, reps)}."""
+def medians(rows, column="time_s"):
+    """{(where, N, method, chunk_bytes): (median seconds of `column`, reps)}."""
     got = {}
     for r in rows:
+        if r[column] == "":
+            continue
         key = (r["where"], int(r["N"]), r["method"], int(r["chunk_bytes"] or 0))
-        got.setdefault(key, []).append(float(r["time_s"]))
+        got.setdefault(key, []).append(float(r[column]))
     return {k: (statistics.median(v), len(v)) for k, v in got.items()}
 
 
 def tables(folder, psar=None):
     """The README's generated blocks from data/runs.csv and psar cost."""
     rows = read_csv(os.path.join(folder, "data", "runs.csv"))
-    med = medians(rows)
+    med, echo = medians(rows), medians(rows, "echo_s")
     size = int(rows[0]["size"])
     B, alpha = parse_bandwidth(LINK), parse_seconds(LATENCY)
     chunks = sorted({k[3] for k in med if k[2] == "ps"})
@@ -181,12 +191,13 @@ def tables(folder, psar=None):
                 ratio, fit = ps[0] / ring[0], ps[0] / model_ps
                 body.append([str(N), human(c), f"{ring[0] * 1e3:.1f}", f"{ps[0] * 1e3:.1f}",
                              f"**{ratio:.2f}**", f"{model_ps / model_ring:.2f}",
-                             f"{model_ps * 1e3:.1f}", f"{fit:.2f}", str(min(ps[1], ring[1]))])
+                             f"{model_ps * 1e3:.1f}", f"{fit:.2f}",
+                             f"{echo[(where, N, 'ps', c)][0] * 1e3:.1f}", str(min(ps[1], ring[1]))])
                 verdicts.append((where, N, c, ratio, fit))
         if body:
             blocks[where] = md_table(
                 ["N = S", "chunk", "ring (ms)", "PS (ms)", "PS ÷ ring", "α-β PS ÷ ring",
-                 "α-β PS (ms)", "PS ÷ α-β", "reps"], body)
+                 "α-β PS (ms)", "PS ÷ α-β", "echo (ms)", "reps"], body)
     lines = []
     for where, N, c, ratio, fit in verdicts:
         met_ring = ratio <= RING_TARGET
@@ -216,6 +227,10 @@ fill of one chunk's N replies, against the ring's 2(N−1)/N·n). Each cell is t
 median over repetitions (interleaved) of the benchmark's time, the median over
 {iters} rounds (after {warmup} warm-up) of the slowest rank's time per sync.
 Targets: PS ÷ ring ≤ {ring_target} and PS within {tol:.0%} of its α-β form.
+`echo` is the same benchmark's plain ZeroMQ echo of the very same messages
+without emulation (median over repetitions): the time this host's two
+shared cores take to move them through TCP loopback. Where it comes near
+the α-β time, the host, not the modelled network, sets the PS's time.
 
 Launch S ≥ N servers: `mpirun -np 2N psar train CONFIG --sync ps --set
 ps.servers=N` (or `psar bench ps --servers N` on 2N ranks); on the virtual

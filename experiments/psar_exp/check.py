@@ -153,6 +153,7 @@ FOLDERS = {
     "hybrid_cnn": script("hybrid_cnn"),
     "hybrid_cnn_crossover": script("hybrid_cnn"),
     "where_ps_wins": script("where_ps_wins"),
+    "spare_servers": script("spare_servers"),
     "collective_engine": folder_script("table.py", ["data", "922cf5b", "6f31694"], "table.md"),
     "zero": script("zero"),
     "pp_hop": script("pp_hop"),

@@ -513,7 +513,12 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
                 grid ? &grid->dp() : nullptr,
                 CheckpointPlan{options.out_dir, checkpoint_every, first_step,
                                options.resume_from},
-                sparse_rows(*model)};
+                sparse_rows(*model),
+                model->layer_ranges()};
+  for (const TiedParam& k : tied) {
+    const ParamInfo& info = store.infos()[static_cast<size_t>(k.param)];
+    init.tied.emplace_back(info.offset, info.offset + info.numel);
+  }
   SyncSetup setup = make_gradient_sync(sync_name, init);
   if (setup.serve) {
     setup.serve();
@@ -539,7 +544,8 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   const int64_t local_batch = plan.batch_size / d;
   // Overlap: buckets synced on a communication thread while the backward runs.
   std::unique_ptr<OverlapSync> overlap;
-  if (config.get_bool("sync.overlap")) {
+  // (A backend that gathers the model's layers itself overlaps through its gate.)
+  if (config.get_bool("sync.overlap") && !sync.param_gate()) {
     if (!sync.overlaps())
       throw ConfigError("sync.overlap: the " + sync.name() +
                         " backend syncs the whole model after the backward only; set "
@@ -583,9 +589,11 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   pp::StageExecutor executor(schedule, pipeline, *model,
                              {.tracer = &tracer,
                               .scatter_gather = par.scatter_gather ? &grid->tp() : nullptr,
-                              .gradient_sink = overlap.get(),
-                              .param_gate = overlap && overlap->layerwise() ? overlap.get()
-                                                                            : nullptr});
+                              .gradient_sink = sync.gradient_sink() ? sync.gradient_sink()
+                                                                    : overlap.get(),
+                              .param_gate = sync.param_gate()               ? sync.param_gate()
+                                            : overlap && overlap->layerwise() ? overlap.get()
+                                                                              : nullptr});
   PipelineMeter meter(schedule, layout.stage);
   const RunEnd run_end{options.out_dir, sync.name(), network.describe()};
   progress.end = run_end;
@@ -673,6 +681,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     const CommCounters tpc0 = grid->tp().counters(), pipe0 = pipeline.counters(),
                        sync0 = sync.counters();
     if (overlap) overlap->begin_step();
+    sync.begin_step();
     const pp::StageRun run = executor.run();
     const double injected_s = inject_delay(hetero, world.rank(), step, run.compute_s, tracer);
     const TpCounters tp1 = tp.counters;
@@ -708,6 +717,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
         sync.finish(store.params(), store.grads());
       }
       share_tied_params(store, tied, layout, pipeline);
+      sync.params_shared();
     }
     // Layer-wise, the forward's waits for its layers' parameters are exposed sync too.
     exposed_s += run.param_wait_s;
@@ -736,9 +746,11 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     axis.dp_bytes_sent = sync1.bytes_sent - sync0.bytes_sent + hybrid_bytes;
     axis.tp_gather_floats_formula = gather_formula;
     axis.dp_s = sync_s;
-    axis.params_bytes = static_cast<int64_t>(store.params().size_bytes());
+    const HeldBytes held = sync.held_bytes();
+    axis.params_bytes = static_cast<int64_t>(store.params().size_bytes()) + held.params;
     axis.grads_bytes = static_cast<int64_t>(store.grads().size_bytes());
     axis.optimizer_bytes = optimizer_state_bytes(sync);
+    axis.gathered_bytes = held.gathered_peak;
     log.add(
         {step + 1, static_cast<double>(step + 1) / plan.steps_per_epoch, loss, step_s,
          run.compute_s, sync_s,
@@ -784,6 +796,7 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
     // (Layer-wise, the thread's spans of the last step's end come with the
     // next step's wait(), or here.)
     if (overlap && (evaluates || checkpoints || last)) trace_comm(overlap->wait_pulls());
+    if (evaluates || checkpoints || last) sync.gather_params();
     if (evaluates && (!survives || lead)) {
       const EvalStats s = evaluate(*model, layout, *data.test, *grid, workers, survives);
       result.test_accuracy = s.count ? static_cast<double>(s.correct) / s.count : 0.0;

@@ -1,5 +1,7 @@
-// Sharded training state under mpirun (sync/zero_sync.h): stages 1 and 2
-// (with overlap) after 10 steps equal the same backend's ZeRO-0 run within
+// Sharded training state under mpirun (sync/zero_sync.h): stages 1, 2 (with
+// overlap) and 3 (with prefetch on the communication thread, the GPT inside
+// (2, 2, 2) with its embedding tied across the pipeline) after 10 steps
+// equal the same backend's ZeRO-0 run within
 // 1e-6 relative, every rank bitwise the same as rank 0 — mpi
 // (MPI_Reduce_scatter and MPI_Allgatherv against MPI_Allreduce), ring and
 // halving_doubling over the MPI transport; MLP and GPT, SGD and Adam.
@@ -29,7 +31,8 @@ void expect_stages_equal_zero0(const Config& base, const std::string& what) {
   const auto zero0 = train(world(), base).params;
   for (const std::vector<std::string>& sets :
        {std::vector<std::string>{"sync.zero=1"},
-        std::vector<std::string>{"sync.zero=2", "sync.overlap=true", "sync.bucket_bytes=2K"}}) {
+        std::vector<std::string>{"sync.zero=2", "sync.overlap=true", "sync.bucket_bytes=2K"},
+        std::vector<std::string>{"sync.zero=3", "sync.overlap=true"}}) {
     const auto got = train(world(), with(base, sets)).params;
     ASSERT_EQ(got.size(), zero0.size());
     EXPECT_LE(testing::relative_difference(zero0, got), 1e-6) << what << " " << sets[0];

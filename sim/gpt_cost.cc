@@ -14,22 +14,6 @@ int64_t qkv_width(const GptShape& g) {
   return g.hidden + 2 * kv_heads(g) * (g.hidden / std::max<int64_t>(1, g.heads));
 }
 
-Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::kNone;
-  if (name == "selective") return Recompute::kSelective;
-  if (name == "full") return Recompute::kFull;
-  throw ConfigError("train.recompute = '" + name + "': expected none, selective or full");
-}
-
-const char* recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
-  }
-  return "?";
-}
-
 namespace {
 
 // One GEMM family: `batch` products of [rows, inner] · [inner, cols].

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/recompute.h"
 #include "sim/cluster.h"
 
 namespace psar::sim {
@@ -36,14 +37,10 @@ int64_t ffn_width(const GptShape& g);
 // Columns of the QKV GEMM: h + 2·kv_heads·h/a.
 int64_t qkv_width(const GptShape& g);
 
-// Activation recomputation (train.recompute): none keeps every activation;
-// selective recomputes the attention core (scores, softmax, dropout, their
-// product with V) before the backward; full recomputes each block from its
-// input (Korthikanti et al. 2022).
-enum class Recompute { kNone, kSelective, kFull };
-// From "none", "selective" or "full"; ConfigError naming train.recompute.
-Recompute parse_recompute(const std::string& name);
-const char* recompute_name(Recompute r);
+// Activation recomputation (train.recompute, core/recompute.h): selective
+// recomputes the attention core (scores, softmax, dropout, their product with
+// V) before the backward; full recomputes each block from its input
+// (Korthikanti et al. 2022).
 
 double block_forward_flops(const GptShape& g, int64_t microbatch);
 // The attention core's share of it: 4·b·s²·h (scores and context GEMMs),

@@ -25,7 +25,7 @@ LAUNCHERS = ("run", "pp_measure", "gpt_3d", "auto_tuning", "net_scaling", "clust
              "cluster_placement", "overlap", "ps_vs_allreduce", "report_collectives",
              "sim_validation", "simulate_tables", "pp_schedule_tables", "pp_report", "tp_report",
              "sync_table", "ps_curve", "hybrid_cnn", "where_ps_wins", "zero", "simulate_published",
-             "plot")
+             "pp_hop", "plot")
 USAGE = __doc__.format(launchers=", ".join(LAUNCHERS))
 
 

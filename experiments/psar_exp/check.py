@@ -153,8 +153,11 @@ FOLDERS = {
     "hybrid_cnn": script("hybrid_cnn"),
     "hybrid_cnn_crossover": script("hybrid_cnn"),
     "where_ps_wins": script("where_ps_wins"),
-    "collective_engine": folder_script("table.py", ["data", "922cf5b", "f721acc"], "table.md"),
+    "collective_engine": folder_script("table.py", ["data", "922cf5b", "6f31694"], "table.md"),
     "zero": script("zero"),
+    "pp_hop": script("pp_hop"),
+    "gloo_tcp": folder_script("table.py", ["data"], "table.md"),
+    "cluster_emulator": folder_script("table.py", ["data"], "table.md"),
 }
 
 PROVENANCE = re.compile(re.escape(runner.PROVENANCE_BEGIN) + r"\n(.*?)" +

@@ -35,7 +35,7 @@ P_r = Partition{Ψ, N}.size(r), the largest ⌈Ψ/N⌉): ZeRO-0 16Ψ; stage 1
 the paper's 4Ψ + 12Ψ/N, which psar does not reach (its gradient arena stays
 whole, docs/zero.md) — so the table shows it beside the measured bytes;
 stage 3 4·P_r + 8·P_r (no gradient shard) plus the gathered layers
-(without prefetch 8·max_l n_l), beside the paper's 16Ψ/N.
+(gathered_form), beside the paper's 16Ψ/N.
 """
 
 import argparse
@@ -165,14 +165,15 @@ def piece(psi, n, r):
     return psi // n + (1 if r < psi % n else 0)
 
 
-def state_bytes(stage, psi, n, r, largest):
-    """psar's exact bytes for rank r (docs/zero.md): params, grads, optimizer, gathered."""
+def state_bytes(stage, psi, n, r, gathered):
+    """psar's exact bytes for rank r (docs/zero.md): params, grads, optimizer,
+    gathered (stage 3: gathered_form's bytes)."""
     own = piece(psi, n, r)
     if stage == 0:
         return 4 * psi, 4 * psi, 8 * psi, 0
     if stage in (1, 2):
         return 4 * psi, 4 * psi, 8 * own, 0
-    return 4 * own, 0, 8 * own, 8 * largest
+    return 4 * own, 0, 8 * own, gathered
 
 
 def paper_bytes(stage, psi, n):
@@ -182,9 +183,25 @@ def paper_bytes(stage, psi, n):
 FIELDS = ("params_bytes", "grads_bytes", "optimizer_bytes", "gathered_bytes")
 
 
-def memory_table(rows, largest):
+def gathered_form(layers):
+    """Stage 3's gathered bytes at their largest in one step without prefetch
+    (one micro-batch, the fused backward) of the zero.yaml GPT, layers =
+    layer_floats(): [E, blocks..., lnf]. The forward holds one layer (the
+    head two: the final layer norm and the tied embedding); a layer's
+    backward its parameters and its gradient — and, from the head's backward
+    to the embeddings', the embedding's gradient too (the tied head adds
+    into it)."""
+    emb, blocks, lnf = layers[0], layers[1:-1], layers[-1]
+    phases = [max(layers), lnf + emb,           # forward
+              2 * lnf + 2 * emb,                # the head's backward
+              *(2 * b + emb for b in blocks),   # each block's
+              2 * emb]                          # the embeddings'
+    return 4 * max(phases)
+
+
+def memory_table(rows, gathered):
     """Per stage and N: the largest rank's bytes measured beside the forms.
-    largest: the floats of the GPT's largest layer (stage 3's gathered buffers)."""
+    gathered: stage 3's gathered bytes (gathered_form)."""
     out = []
     for stage in STAGES:
         for n in range(1, 9):
@@ -197,7 +214,7 @@ def memory_table(rows, largest):
             measured = total(worst)
             # Exact, per rank: what the buffers must hold.
             exact = all(tuple(int(r.get(k) or 0) for k in FIELDS) ==
-                        state_bytes(stage, psi, n, int(r["rank"]), largest) for r in at)
+                        state_bytes(stage, psi, n, int(r["rank"]), gathered) for r in at)
             paper = paper_bytes(stage, psi, n)
             out.append([str(stage), str(n), f"{psi}",
                         *(f"{int(worst.get(k) or 0) / 1e6:.3f}" for k in FIELDS),
@@ -223,8 +240,9 @@ def budget_table(budget, n, d, vocab, seq_len):
             best = 0
             for blocks in range(1, 100000):
                 psi = gpt_floats(blocks, d, vocab, seq_len)
-                largest = max((vocab + seq_len) * d, 12 * d * d + 13 * d)
-                need = (max(sum(state_bytes(stage, psi, n, r, largest)) for r in range(n))
+                gathered = gathered_form([(vocab + seq_len) * d] + [12 * d * d + 13 * d] * blocks +
+                                         [2 * d])
+                need = (max(sum(state_bytes(stage, psi, n, r, gathered)) for r in range(n))
                         if form == "psar" else paper_bytes(stage, psi, n))
                 if need > budget:
                     break
@@ -288,8 +306,9 @@ def tables(folder):
                   "4Ψ + 12Ψ/N, stage 3: 16Ψ/N plus the gather buffers). The last column "
                   "checks every rank's buffers against psar's exact form (4Ψ, 4Ψ, 8Ψ or "
                   "8·P_r with P_r = Partition{Ψ, N}.size(r); stage 3: 4·P_r, 0, 8·P_r and "
-                  "8·max_l n_l gathered, one step without prefetch).\n\n",
-                  memory_table(read_csv(mem), max(layer_floats())),
+                  "the gathered layers: a block's parameters and gradient with the tied "
+                  "embedding's gradient, 4·(2·n_block + E), one step without prefetch).\n\n",
+                  memory_table(read_csv(mem), gathered_form(layer_floats())),
                   "\n### The largest GPT per stage in a budget\n\n"
                   f"Blocks of the zero.yaml GPT (d_model {model['d_model']}) whose training "
                   f"state fits {BUDGET / 1e6:.0f} MB per rank at N = {BUDGET_RANKS}, from "

@@ -21,12 +21,12 @@ def test_pieces_are_the_balanced_partition():
 
 
 def test_memory_table_marks_exact_rows_and_flags_a_rank_off_by_a_float():
-    table = zero.memory_table(mem_rows(1, 4, 10) + mem_rows(0, 2, 10), 3)
+    table = zero.memory_table(mem_rows(1, 4, 10) + mem_rows(0, 2, 10), 24)
     assert "| 1 | 4 | 10 |" in table and "**no**" not in table
     # stage 1 at the largest rank: 8Ψ + 8·⌈Ψ/N⌉ = 104 bytes against the paper's 8Ψ + 8Ψ/N = 100
     assert "| 1.040 | yes |" in table
     bad = mem_rows(1, 4, 10, optimizer_of=lambda r: 8 * zero.piece(10, 4, r) + (4 if r == 3 else 0))
-    assert "**no**" in zero.memory_table(bad, 3)
+    assert "**no**" in zero.memory_table(bad, 24)
 
 
 def test_step_table_compares_each_stage_with_its_zero0_peer():
@@ -51,10 +51,17 @@ def stage3_rows(n, psi, largest, gathered_of=None):
 
 
 def test_stage3_rows_are_the_pieces_and_the_largest_layer_gathered():
-    table = zero.memory_table(stage3_rows(4, 10, 3), 3)
+    table = zero.memory_table(stage3_rows(4, 10, 3), 24)
     assert "| 3 | 4 | 10 |" in table and "**no**" not in table
     off = stage3_rows(4, 10, 3, gathered_of=lambda r: 24 + (8 if r == 2 else 0))
-    assert "**no**" in zero.memory_table(off, 3)
+    assert "**no**" in zero.memory_table(off, 24)
+
+
+def test_gathered_form_is_a_block_and_its_gradient_beside_the_embeddings_gradient():
+    # E = 10, blocks of 30, lnf 2: 4·(2·30 + 10)
+    assert zero.gathered_form([10, 30, 30, 2]) == 280
+    # an embedding larger than twice a block: the head's backward, 4·(2·2 + 2E)
+    assert zero.gathered_form([100, 30, 2]) == 816
 
 
 def test_stage3_step_target_needs_both_the_ratio_and_the_prediction():

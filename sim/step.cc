@@ -143,7 +143,8 @@ class StepSimulation {
   void price_actions() {
     const GpuSpec& device = cluster_.gpu;
     const double ovh = device.kernel_overhead, bw = device.memory_bandwidth;
-    const GemmSeconds block = block_gemm_seconds(s_.model, s_.microbatch, t_, device);
+    const GemmSeconds block =
+        block_gemm_seconds(s_.model, s_.microbatch, t_, device, s_.flash_attention);
     const GemmSeconds head = head_gemm_seconds(s_.model, s_.microbatch, t_, device);
     const double memory_s = bw > 0 ? block_memory_bytes(s_.model, s_.microbatch, t_, s_.dtype_bytes,
                                                         s_.flash_attention, s_.sequence_parallel) /
@@ -153,7 +154,8 @@ class StepSimulation {
     // forward (full), or the attention core's two GEMMs, its softmax and
     // dropout (selective: four kernels, no TP communication).
     const double core_s =
-        attention_core_seconds(s_.model, s_.microbatch, t_, device) + kAttentionCoreKernels * ovh +
+        attention_core_seconds(s_.model, s_.microbatch, t_, device, s_.flash_attention) +
+        kAttentionCoreKernels * ovh +
         (bw > 0 ? attention_core_memory_bytes(s_.model, s_.microbatch, t_, s_.dtype_bytes,
                                               s_.flash_attention) /
                       bw
@@ -462,11 +464,18 @@ class StepSimulation {
   // ZeRO 1 and 2: once a stage's gradients are reduce-scattered and its
   // shard stepped (`from`), its 16-bit weights are all-gathered, every group
   // at once. Per stage, when they are.
+  // With overlap_param_gather only the first bucket's gather (the weights
+  // of one gradient bucket, bucket_bytes / grad_bytes) stays in the step;
+  // the rest hides behind the next step's forward.
   std::vector<double> gather_weights(const std::vector<double>& from) {
     std::vector<GroupRun> runs;
     for (int st = 0; st < p_; ++st)
       for (int j = 0; j < t_; ++j) {
-        const int64_t count = out_.stages[at(st)].params;
+        const int64_t params = out_.stages[at(st)].params;
+        const int64_t count =
+            s_.overlap_param_gather
+                ? std::min(params, std::max<int64_t>(1, s_.bucket_bytes / s_.grad_bytes))
+                : params;
         auto [it, fresh] = weight_gathers_.try_emplace(count);
         if (fresh)
           it->second = ring_all_gather_program(ring_shape(d_, count, ElementType::kFp32, {}));

@@ -113,6 +113,10 @@ StepSpec step_from_config(const Config& c, const ClusterSpec& cluster) {
   s.sequence_parallel = c.get_bool("parallel.sequence_parallel");
   s.zero = static_cast<int>(c.get_int("sync.zero"));
   s.flash_attention = c.get_bool("simulate.flash_attention");
+  s.overlap_param_gather = c.get_bool("simulate.overlap_param_gather");
+  if (s.overlap_param_gather && s.zero != 1 && s.zero != 2)
+    throw ConfigError(concat("simulate.overlap_param_gather needs sync.zero = 1 or 2 (it overlaps "
+                             "their weight all-gather), got sync.zero = ", s.zero));
   s.dtype_bytes = static_cast<int>(c.get_int("simulate.dtype_bytes"));
   s.grad_bytes = static_cast<int>(c.get_int("simulate.grad_bytes"));
   s.symmetric = c.get_bool("simulate.symmetric");

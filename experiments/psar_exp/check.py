@@ -150,6 +150,7 @@ FOLDERS = {
     "tp_comm": sweep("tp_comm"),
     "tp_step": sweep("tp_step"),
     "ps_curve": script("ps_curve"),
+    "ps_lite": script("ps_lite"),
     "hybrid_cnn": script("hybrid_cnn"),
     "hybrid_cnn_crossover": script("hybrid_cnn"),
     "where_ps_wins": script("where_ps_wins"),

@@ -73,7 +73,7 @@ class ZeroEqualsZero0 : public ::testing::TestWithParam<ZeroCase> {
   }
 };
 
-TEST_P(ZeroEqualsZero0, Stage1IsBitwiseAndStages2And3Within1e6) {
+TEST_P(ZeroEqualsZero0, Stages1And3AreBitwiseAndStage2Within1e6) {
   const int d = GetParam().d;
   const auto zero0 = train_result(d, config({})).params;
   const auto stage1 = train_result(d, config({"sync.zero=1"})).params;

@@ -7,6 +7,13 @@
 // Initial values depend only on (seed, name, element index), so every rank,
 // and a tensor-parallel shard cutting a slice out of the full tensor, gets the
 // same numbers.
+//
+// Sharded parameters (ZeRO stage 3, sync/zero3_gate.h): release_arenas()
+// frees both arenas, and every parameter is then unmapped until map()
+// points a range of whole parameters at buffers its caller owns (one
+// layer's gathered parameters and its gradient); param() or grad() of an
+// unmapped parameter is an error naming it. restore_arenas() brings the
+// arenas back whole.
 
 #include <cstdint>
 #include <functional>
@@ -63,6 +70,15 @@ class ParamStore {
   std::span<const float> grads() const { return grads_.span(); }
 
   void zero_grads();
+
+  // Sharded parameters (above). Whether the arenas are allocated.
+  bool has_arenas() const { return !released_; }
+  void release_arenas();
+  // Arena floats [begin, end), whole parameters, read from `params` and
+  // accumulate into `grads` (each `end − begin` floats); null unmaps.
+  void map(int64_t begin, int64_t end, float* params, float* grads);
+  // The arenas again, the parameters `values` (size() floats), the gradients zero.
+  void restore_arenas(std::span<const float> values);
   // Moves both arenas to `device`; views taken before are invalid after.
   void move_to(Device device);
 
@@ -73,6 +89,9 @@ class ParamStore {
 
  private:
   int index_of(const std::string& name) const;
+  // The parameters whose floats lie in [begin, end), checked to be whole ones.
+  std::pair<size_t, size_t> whole_params(int64_t begin, int64_t end) const;
+  void map_arenas();
 
   std::vector<ParamInfo> infos_;
   std::unordered_map<std::string, int> by_name_;
@@ -80,6 +99,9 @@ class ParamStore {
   Tensor grads_;
   int64_t total_ = 0;
   bool finalized_ = false;
+  bool released_ = false;
+  // Where each parameter and its gradient live now (null: unmapped).
+  std::vector<float*> param_at_, grad_at_;
 };
 
 }  // namespace psar

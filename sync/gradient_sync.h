@@ -18,6 +18,20 @@
 
 namespace psar {
 
+namespace pp {
+class ParamGate;
+class GradientSink;
+}  // namespace pp
+
+// Training state a backend holds outside the store's arenas, in bytes
+// (sharded parameters, ZeRO stage 3): its piece of the parameters, and the
+// layers' gathered parameter and gradient buffers at their largest during
+// the last step.
+struct HeldBytes {
+  int64_t params = 0;
+  int64_t gathered_peak = 0;
+};
+
 class GradientSync {
  public:
   virtual ~GradientSync() = default;
@@ -64,6 +78,22 @@ class GradientSync {
   // SyncInit::sparse this rank's batch touched (ascending, unique; every
   // other row's gradient is zero). Dense backends ignore them.
   virtual void set_touched_rows(std::span<const int64_t>) {}
+
+  // Sharded parameters (ZeRO stage 3, sync/layer_gather.h): the model's
+  // layers ask this gate for their parameters and report their gradients to
+  // this sink (the executor's ParamGate and GradientSink) instead of reading
+  // the store's arenas, which the backend releases; null for the others.
+  virtual pp::ParamGate* param_gate() { return nullptr; }
+  virtual pp::GradientSink* gradient_sink() { return nullptr; }
+  // Before each step's forward.
+  virtual void begin_step() {}
+  // Before an evaluation, a checkpoint and the end of training: the whole
+  // parameters back in the store's arenas (collective over the group).
+  virtual void gather_params() {}
+  // After step() and the trainer's copy of tied parameters into the store
+  // (share_tied_params): the backend takes the copied values.
+  virtual void params_shared() {}
+  virtual HeldBytes held_bytes() const { return {}; }
 };
 
 // A sparse model's embedding tables: the arena's head [0, floats) as rows
@@ -89,13 +119,18 @@ struct CheckpointPlan {
 struct SyncInit {
   Comm& world;
   const Config& config;
-  const ParamStore& params;
+  ParamStore& params;
   OptimizerOptions optimizer;
   // The group whose gradients are averaged, when it is not the world (with
   // tensor or pipeline parallelism: the data-parallel group of this rank).
   Comm* data_parallel = nullptr;
   CheckpointPlan checkpoints;
   SparseRows sparse;
+  // The model's layers' arena ranges (Model::layer_ranges: what ZeRO stage 3
+  // gathers one at a time) and those of parameters tied across pipeline
+  // stages (Model::tied_params).
+  std::vector<std::pair<int64_t, int64_t>> layers;
+  std::vector<std::pair<int64_t, int64_t>> tied;
 };
 
 struct SyncSetup {

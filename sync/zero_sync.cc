@@ -9,14 +9,19 @@
 namespace psar {
 
 ZeroSync::ZeroSync(Comm& group, const std::string& algorithm, const AllreduceOptions& options,
-                   const OptimizerOptions& optimizer, int stage, int64_t size)
+                   const OptimizerOptions& optimizer, int stage, ParamStore& store,
+                   const SyncInit& init, bool prefetch)
     : group_(group),
       algorithm_(algorithm),
       options_(options),
       stage_(stage),
-      shard_{size, group.size()},
+      shard_{store.size(), group.size()},
       whole_(make_sharded_collectives(algorithm, options)),
-      optimizer_(make_optimizer(optimizer, shard_.size(group.rank()))) {}
+      optimizer_(make_optimizer(optimizer, shard_.size(group.rank()))) {
+  if (stage_ == 3)
+    layers_ = std::make_unique<LayerGather>(group_, store, init.layers, init.tied, *optimizer_,
+                                            LayerGatherOptions{algorithm, options, prefetch});
+}
 
 std::pair<int64_t, int64_t> ZeroSync::owned() const {
   const int r = group_.rank();
@@ -24,6 +29,14 @@ std::pair<int64_t, int64_t> ZeroSync::owned() const {
 }
 
 void ZeroSync::step(std::span<float> params, std::span<float> grads) {
+  if (stage_ == 3) {  // the layers went through the gate
+    const auto [begin, end] = owned();
+    const int64_t stepped = layers_->finish_step();
+    PSAR_CHECK(stepped == end - begin, "zero stage 3: ", stepped, " of the ", end - begin,
+               " owned floats were stepped this step");
+    optimizer_->end_step();
+    return;
+  }
   if (stage_ >= 2) sync_range(0, params, grads);
   else whole_->reduce_scatter(group_, grads);
   finish(params, grads);
@@ -75,11 +88,6 @@ int zero_stage(const Config& config, const std::string& backend) {
   if (stage == 0) return 0;
   if (stage < 0 || stage > 3)
     throw ConfigError("sync.zero must be 0, 1, 2 or 3, got " + std::to_string(stage));
-  if (stage == 3)
-    throw ConfigError("sync.zero: 3 shards the parameters and gathers each layer's before its "
-                      "forward and backward; model.type " + config.get_string("model.type") +
-                      " cannot gather per layer (its layers read the one parameter arena), so "
-                      "choose sync.zero 1 or 2");
   const auto algos = allreducer_names(/*include_device=*/true);
   if (std::find(algos.begin(), algos.end(), backend) == algos.end())
     throw ConfigError("sync.zero: " + std::to_string(stage) + " shards the optimizer state over "
@@ -96,6 +104,10 @@ int zero_stage(const Config& config, const std::string& backend) {
     throw ConfigError("sync.zero: 1 reduce-scatters the whole gradient after the backward; "
                       "sync.overlap (reduce-scatter each bucket as the backward makes it) is "
                       "stage 2: set sync.zero: 2 or sync.overlap: false");
+  if (stage == 3 && config.get_string("sync.priority") != "fifo")
+    throw ConfigError("sync.zero: 3 gathers and reduce-scatters layer by layer in the order the "
+                      "model runs them; sync.priority " + config.get_string("sync.priority") +
+                      " reorders buckets it has none of: set sync.priority: fifo");
   if (config.get_string("train.device") != "cpu")
     throw ConfigError("sync.zero runs on the host arenas only so far: set train.device: cpu or "
                       "sync.zero: 0");
@@ -111,10 +123,16 @@ SyncSetup make_zero_sync(const std::string& algorithm, SyncInit& init) {
     throw ConfigError("sync.zero: " + std::to_string(stage) + " over a data-parallel group of " +
                       std::to_string(group.size()) + " ranks: " + e.what());
   }
+  if (stage == 3 && init.layers.empty())
+    throw ConfigError("sync.zero: 3 shards the parameters and gathers each layer's before its "
+                      "forward and backward; model.type " + init.config.get_string("model.type") +
+                      " cannot gather per layer (its layers read the whole parameter arena "
+                      "without asking for them: Model::layer_ranges), so choose sync.zero 1 or 2");
   SyncSetup setup;
   setup.workers = &init.world;
   setup.sync = std::make_unique<ZeroSync>(group, algorithm, allreduce_options(init.config),
-                                          init.optimizer, stage, init.params.size());
+                                          init.optimizer, stage, init.params, init,
+                                          init.config.get_bool("sync.overlap"));
   return setup;
 }
 

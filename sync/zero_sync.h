@@ -1,6 +1,6 @@
 #pragma once
 // ZeroSync: sharded training state behind the GradientSync seam — ZeRO
-// (Rajbhandari et al., SC'20) stages 1 and 2 over the data-parallel group,
+// (Rajbhandari et al., SC'20) stages 1, 2 and 3 over the data-parallel group,
 // as PyTorch's ZeroRedundancyOptimizer and Megatron's distributed optimizer
 // run them (docs/zero.md). The flat parameter arena of Ψ floats is cut by
 // Partition{Ψ, N}: rank r owns piece r, [Partition::offset(r), +size(r)),
@@ -17,6 +17,10 @@
 //            parameters are not read again by this step's backward), and the
 //            bucket all-gathered — so both collectives overlap the backward.
 //            finish() only counts the step.
+//   stage 3 (sync.zero: 3): the parameters sharded too, each layer gathered
+//            around its forward and its backward and its gradient
+//            reduce-scattered and stepped as it is final, by the model's
+//            gate (sync/layer_gather.h); step() waits for the last layers.
 //
 // Traffic per rank per step (ring; pieces P_r = Partition{Ψ, N}.size(r)):
 // reduce-scatter Ψ − P_r, all-gather Ψ − P_{(r+1) mod N} floats:
@@ -42,21 +46,39 @@
 #include "allreduce/partition.h"
 #include "allreduce/sharded.h"
 #include "sync/gradient_sync.h"
+#include "sync/layer_gather.h"
 
 namespace psar {
 
 class ZeroSync final : public GradientSync {
  public:
+  // Stage 3 shards `store`'s parameters over its `layers` (SyncInit).
   ZeroSync(Comm& group, const std::string& algorithm, const AllreduceOptions& options,
-           const OptimizerOptions& optimizer, int stage, int64_t size);
+           const OptimizerOptions& optimizer, int stage, ParamStore& store,
+           const SyncInit& layers, bool prefetch);
   std::string name() const override { return algorithm_; }
   void step(std::span<float> params, std::span<float> grads) override;
   CommCounters counters() const override { return group_.counters(); }
-  // Stage 2: each range is reduce-scattered, stepped and all-gathered.
-  bool overlaps() const override { return stage_ >= 2; }
+  // Stage 2: each range is reduce-scattered, stepped and all-gathered
+  // (stage 3 overlaps through its gate, and prefetches with sync.overlap).
+  bool overlaps() const override { return stage_ == 2; }
   void sync_range(int64_t offset, std::span<float> params, std::span<float> grads) override;
   void finish(std::span<float> params, std::span<float> grads) override;
   Optimizer* optimizer() override { return optimizer_.get(); }
+  pp::ParamGate* param_gate() override { return layers_.get(); }
+  pp::GradientSink* gradient_sink() override { return layers_.get(); }
+  void begin_step() override {
+    if (layers_) layers_->begin_step();
+  }
+  void gather_params() override {
+    if (layers_) layers_->gather_all();
+  }
+  void params_shared() override {
+    if (layers_) layers_->end_tied();
+  }
+  HeldBytes held_bytes() const override {
+    return layers_ ? HeldBytes{layers_->shard_bytes(), layers_->peak_bytes()} : HeldBytes{};
+  }
 
   // The arena floats this rank owns: [begin, end).
   std::pair<int64_t, int64_t> owned() const;
@@ -72,6 +94,7 @@ class ZeroSync final : public GradientSync {
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<ShardedCollectives>> ranges_;
   std::unique_ptr<Optimizer> optimizer_;  // over the owned piece only
   int64_t stepped_ = 0;  // stage 2: owned floats stepped in this step's ranges
+  std::unique_ptr<LayerGather> layers_;  // stage 3
 };
 
 // sync.zero, checked against the backend and the model (a ConfigError naming

@@ -46,6 +46,10 @@ struct AxisRow {
   // sharded optimizer's piece only, sync/zero_sync.h; none on a
   // parameter server's worker).
   int64_t params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
+  // ZeRO stage 3: the layers' gathered parameter and gradient buffers at
+  // their largest during the step (sync/layer_gather.h; the parameter
+  // arena is then released and params_bytes this rank's piece).
+  int64_t gathered_bytes = 0;
 };
 
 // The rows of axes.csv and, when t > 1, tp.csv (the tensor-parallel columns

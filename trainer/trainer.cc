@@ -385,7 +385,11 @@ class TrainingRun {
     init_ = std::make_unique<SyncInit>(SyncInit{
         world_, config_, store_, optimizer, grid_ ? &grid_->dp() : nullptr,
         CheckpointPlan{options_.out_dir, o_.checkpoint_every, first_step_, options_.resume_from},
-        sparse_rows(*model_)});
+        sparse_rows(*model_), model_->layer_ranges()});
+    for (const TiedParam& k : tied_) {
+      const ParamInfo& info = store_.infos()[static_cast<size_t>(k.param)];
+      init_->tied.emplace_back(info.offset, info.offset + info.numel);
+    }
     setup_ = make_gradient_sync(sync_name_, *init_);
     if (setup_.serve) {
       setup_.serve();
@@ -417,7 +421,8 @@ class TrainingRun {
   // Overlap: buckets synced on a communication thread while the backward runs.
   void start_overlap() {
     const OverlapConfig& o = o_.overlap;
-    if (!o.on) return;
+    // (A backend that gathers the model's layers itself overlaps through its gate.)
+    if (!o.on || sync_->param_gate()) return;
     if (!sync_->overlaps())
       throw ConfigError("sync.overlap: the " + sync_->name() +
                         " backend syncs the whole model after the backward only; set "
@@ -466,8 +471,10 @@ class TrainingRun {
         pp::ExecutorOptions{
             .tracer = tracer_.get(),
             .scatter_gather = o_.parallel.scatter_gather ? &grid_->tp() : nullptr,
-            .gradient_sink = overlap_.get(),
-            .param_gate = overlap_ && overlap_->layerwise() ? overlap_.get() : nullptr});
+            .gradient_sink = sync_->gradient_sink() ? sync_->gradient_sink() : overlap_.get(),
+            .param_gate = sync_->param_gate()                ? sync_->param_gate()
+                          : overlap_ && overlap_->layerwise() ? overlap_.get()
+                                                              : nullptr});
     meter_ = std::make_unique<PipelineMeter>(schedule_, layout_.stage);
     run_end_ = RunEnd{options_.out_dir, sync_->name(), network_.describe()};
     progress_.end = run_end_;
@@ -532,6 +539,7 @@ class TrainingRun {
     const CommCounters tpc0 = tpc.counters(), pipe0 = pipeline.counters(),
                        sync0 = sync_->counters();
     if (overlap_) overlap_->begin_step();
+    sync_->begin_step();
     const pp::StageRun run = executor_->run();
     const double injected_s = inject_delay(hetero_, world_.rank(), step, run.compute_s, *tracer_);
     const TpCounters tp1 = tp_->counters;
@@ -569,9 +577,11 @@ class TrainingRun {
     axis.dp_bytes_sent = sync1.bytes_sent - sync0.bytes_sent + fin.hybrid_bytes;
     axis.tp_gather_floats_formula = gather_formula_;
     axis.dp_s = sync_s;
-    axis.params_bytes = static_cast<int64_t>(store_.params().size_bytes());
+    const HeldBytes held = sync_->held_bytes();
+    axis.params_bytes = static_cast<int64_t>(store_.params().size_bytes()) + held.params;
     axis.grads_bytes = static_cast<int64_t>(store_.grads().size_bytes());
     axis.optimizer_bytes = optimizer_state_bytes(*sync_);
+    axis.gathered_bytes = held.gathered_peak;
     log_->add(
         {step + 1, static_cast<double>(step + 1) / plan_.steps_per_epoch, loss, step_s,
          run.compute_s, sync_s,
@@ -636,6 +646,7 @@ class TrainingRun {
       sync_->finish(store_.params(), store_.grads());
     }
     share_tied_params(store_, tied_, layout_, pipeline);
+    sync_->params_shared();
   }
 
   // The communication thread's spans on track 1 of this rank; layer-wise,
@@ -694,6 +705,7 @@ class TrainingRun {
     // (Layer-wise, the thread's spans of the last step's end come with the
     // next step's wait(), or here.)
     if (overlap_ && (evaluates || checkpoints || last)) trace_comm(overlap_->wait_pulls());
+    if (evaluates || checkpoints || last) sync_->gather_params();
     if (evaluates && (!o_.survives_worker_failure || lead_)) {
       const EvalStats s =
           evaluate(*model_, layout_, *data_.test, *grid_, workers, o_.survives_worker_failure);

@@ -181,11 +181,41 @@ void Gpt::params_ready(int chunk, std::pair<int, int> range) {
   gradient_ready(chunk, infos[static_cast<size_t>(range.first)].offset, last.offset + last.numel);
 }
 
-void Gpt::params_read(int chunk, std::pair<int, int> range) {
-  if (range.first == range.second) return;
+std::pair<int64_t, int64_t> Gpt::arena_range(std::pair<int, int> range) const {
+  if (range.first == range.second) return {0, 0};
   const auto& infos = store_->infos();
   const ParamInfo& last = infos[static_cast<size_t>(range.second - 1)];
-  params_needed(chunk, infos[static_cast<size_t>(range.first)].offset, last.offset + last.numel);
+  return {infos[static_cast<size_t>(range.first)].offset, last.offset + last.numel};
+}
+
+void Gpt::params_read(int chunk, std::pair<int, int> range, Read read) {
+  const auto [begin, end] = arena_range(range);
+  switch (read) {
+    case Read::kForward: params_needed(chunk, begin, end); break;
+    case Read::kBackward: params_needed_backward(chunk, begin, end); break;
+    case Read::kDone: params_done(chunk, begin, end); break;
+  }
+}
+
+// The head reads the token embedding: its own copy, or the front's when this
+// rank holds the embedding too (then a second range of the front chunk's).
+std::pair<int, int> Gpt::head_embedding() const {
+  if (head_wte_ >= 0) return {0, 0};
+  for (const Chunk& ch : chunks_)
+    if (ch.front) return ch.front_params;
+  return {0, 0};
+}
+
+std::vector<std::pair<int64_t, int64_t>> Gpt::layer_ranges() const {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const Chunk& ch : chunks_) {
+    if (ch.front) ranges.push_back(arena_range(ch.front_params));
+    for (int l = ch.first; l < ch.last; ++l)
+      ranges.push_back(
+          arena_range(blocks_[static_cast<size_t>(block_index_[static_cast<size_t>(l)])]->params));
+    if (ch.back) ranges.push_back(arena_range(ch.back_params));
+  }
+  return ranges;
 }
 
 void Gpt::bind(ParamStore& store) {
@@ -370,6 +400,7 @@ void Gpt::run_forward(int chunk, Stash& s, const int32_t* tokens, const float* x
       PSAR_CHECK(tok >= 0 && tok < V, "token ", tok, " outside the vocabulary of ", V);
       ops::add(s.xs[0].data() + (k - r0) * d, wte + tok * d, wpe + (k % T) * d, d);
     }
+    params_read(chunk, ch.front_params, Read::kDone);
     if (drop.p > 0)
       ops::dropout_forward(s.xs[0].data(), s.xs[0].data(), nr * d, drop.p, drop.seed,
                            drop.stream("embd_dropout"), static_cast<uint64_t>(r0 * d));
@@ -381,11 +412,13 @@ void Gpt::run_forward(int chunk, Stash& s, const int32_t* tokens, const float* x
     Block& b = *blocks_[static_cast<size_t>(block_index_[static_cast<size_t>(ch.first) + j])];
     params_read(chunk, b.params);
     block_forward(b, s.blocks[j], s.xs[j].data(), s.xs[j + 1].data(), rows, drop);
+    params_read(chunk, b.params, Read::kDone);
   }
   if (sp() && ch.back) gather_rows(*tp_, s.out.data(), s.xs[n].data(), N, d);
 
   if (ch.back) {  // logits = LN_f(x)·wteᵀ, the head tied to the token embedding
     params_read(chunk, ch.back_params);
+    params_read(chunk, head_embedding());
     for (auto* v : {&s.xf, &s.dxf}) v->resize(static_cast<size_t>(N * d));
     for (auto* v : {&s.lnf_mean, &s.lnf_rstd}) v->resize(static_cast<size_t>(N));
     for (auto* v : {&s.logits, &s.dlogits}) v->resize(static_cast<size_t>(N * V));
@@ -393,6 +426,8 @@ void Gpt::run_forward(int chunk, Stash& s, const int32_t* tokens, const float* x
                            store_->param(lnf_w_).data(), store_->param(lnf_b_).data(), N, d);
     ops::gemm(false, true, N, V, d, 1.0f, s.xf.data(), d, store_->param(head_param()).data(), d,
               0.0f, s.logits.data(), V);
+    params_read(chunk, ch.back_params, Read::kDone);
+    params_read(chunk, head_embedding(), Read::kDone);
   }
 }
 
@@ -465,6 +500,7 @@ void Gpt::block_input(int chunk, size_t j, Stash& s, int64_t b) {
   const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
   const int64_t N = b * o_.seq_len, n = local_rows(N), d = o_.d_model;
   Block& blk = *blocks_[static_cast<size_t>(block_index_[static_cast<size_t>(ch.first) + j])];
+  params_read(chunk, blk.params, Read::kBackward);  // read here, gradients written in block_weight
   recompute_block(chunk, j, s, b);
   BlockStash& bs = s.blocks[j];
   // x_{j+1} = mid + MLP(LN2(mid)): dmid = dx + LN2ᵀ(MLPᵀ(dx))
@@ -477,6 +513,7 @@ void Gpt::block_input(int chunk, size_t j, Stash& s, int64_t b) {
   ops::layernorm_backward_input(s.dres.data(), bs.dln1.data(), s.xs[j].data(),
                                 store_->param(blk.ln1_w).data(), bs.mean1.data(), bs.rstd1.data(),
                                 n, d, /*accumulate=*/true);
+  params_read(chunk, blk.params, Read::kDone);
 }
 
 // Block j's weight-gradient half.
@@ -513,8 +550,13 @@ void Gpt::block_weight(int chunk, size_t j, Stash& s, int64_t b) {
 
 // The chunk's output gradient into s.dres: from the loss on the back, from dy elsewhere.
 void Gpt::begin_backward(int chunk, Stash& s, std::span<const float> dy, int64_t N) {
-  if (chunks_[static_cast<size_t>(chunk)].back) {
+  const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  if (ch.back) {  // read here, gradients written in head_weight
+    params_read(chunk, ch.back_params, Read::kBackward);
+    params_read(chunk, head_embedding(), Read::kBackward);
     head_input(s, N);
+    params_read(chunk, ch.back_params, Read::kDone);
+    params_read(chunk, head_embedding(), Read::kDone);
     return;
   }
   PSAR_CHECK(static_cast<int64_t>(dy.size()) == N * o_.d_model, "chunk output gradient has ",
@@ -548,6 +590,9 @@ void Gpt::end_backward(int chunk, Stash& s, std::span<float> dx, int64_t N) {
 void Gpt::front_weight(int chunk, int i, const Stash& s, int64_t N) {
   const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
   const int64_t T = o_.seq_len, d = o_.d_model;
+  // The embedding's backward reads no parameter; it asks for them as every
+  // layer's backward does (its gradients are written here).
+  params_read(chunk, ch.front_params, Read::kBackward);
   float* dwte = store_->grad(wte_).data();
   float* dwpe = store_->grad(wpe_).data();
   const int32_t* tokens = batch_->tokens.data() + i * N;
@@ -556,6 +601,7 @@ void Gpt::front_weight(int chunk, int i, const Stash& s, int64_t N) {
     ops::add_inplace(dwte + tokens[k] * d, dx0 + k * d, d);
     ops::add_inplace(dwpe + (k % T) * d, dx0 + k * d, d);
   }
+  params_read(chunk, ch.front_params, Read::kDone);
   params_ready(chunk, ch.front_params);
 }
 

@@ -123,6 +123,9 @@ class Gpt final : public Model {
   // Reduce-scatter floats (the input size) of one micro-batch on `chunk` (sequence parallelism).
   int64_t tp_reduce_scatter_floats(int chunk) const;
   GptComputeCounts compute_counts() const;
+  // The front (embeddings), each block, the back (final layer norm, and the
+  // head's own embedding copy), per chunk.
+  std::vector<std::pair<int64_t, int64_t>> layer_ranges() const override;
 
   const GptOptions& options() const { return o_; }
   TpGroup& tp() { return *tp_; }
@@ -139,8 +142,12 @@ class Gpt final : public Model {
   };
   // Reports store indices [begin, end) of `chunk` as done (gradient_ready).
   void params_ready(int chunk, std::pair<int, int> range);
-  // Asks for store indices [begin, end) of `chunk` before the forward reads them (params_needed).
-  void params_read(int chunk, std::pair<int, int> range);
+  // Asks the gate (stage_model.h) for store indices [begin, end) of `chunk`:
+  // before the forward reads them, before the backward does, or done.
+  enum class Read { kForward, kBackward, kDone };
+  void params_read(int chunk, std::pair<int, int> range, Read read = Read::kForward);
+  std::pair<int64_t, int64_t> arena_range(std::pair<int, int> range) const;
+  std::pair<int, int> head_embedding() const;
   // The backward's pieces (gpt.cc).
   void head_input(Stash& s, int64_t N);
   void head_weight(int chunk, const Stash& s, int64_t N);

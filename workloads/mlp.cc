@@ -117,6 +117,7 @@ void Mlp::run_layers(int chunk, const float* x, int64_t rows, std::vector<Tensor
     float* z = L.classifier ? act[j].data() : pre[j].data();
     ops::linear_forward(z, h, store_->param(L.weight).data(), store_->param(L.bias).data(), rows,
                         L.in, L.out);
+    params_done(chunk, w.offset, bias.offset + bias.numel);
     if (!L.classifier) {
       if (o_.gelu) ops::gelu_forward(act[j].data(), z, rows * L.out);
       else ops::relu_forward(act[j].data(), z, rows * L.out);
@@ -185,17 +186,33 @@ void Mlp::top_gradient(int chunk, Stash& s, std::span<const float> dy) {
 void Mlp::layer_input(int chunk, size_t j, Stash& s, std::span<float> dx) {
   const int64_t b = layout_.microbatch_rows;
   const Layer& L = chunks_[static_cast<size_t>(chunk)][j];
+  const auto [begin, end] = range(L);
+  params_needed_backward(chunk, begin, end);  // its weights read here, its gradients written next
   const float* W = store_->param(L.weight).data();
   if (j == 0) {
     if (!layout_.front(chunk) || o_.input_gradient)
       ops::linear_backward_input(dx.data(), s.dpre[0].data(), W, b, L.in, L.out);
-    return;
+  } else {
+    // Into layer j−1's pre-activation gradient, then through its activation, in place.
+    float* d = s.dpre[j - 1].data();
+    ops::linear_backward_input(d, s.dpre[j].data(), W, b, L.in, L.out);
+    if (o_.gelu) ops::gelu_backward(d, d, s.pre[j - 1].data(), b * L.in);
+    else ops::relu_backward(d, d, s.pre[j - 1].data(), b * L.in);
   }
-  // Into layer j−1's pre-activation gradient, then through its activation, in place.
-  float* d = s.dpre[j - 1].data();
-  ops::linear_backward_input(d, s.dpre[j].data(), W, b, L.in, L.out);
-  if (o_.gelu) ops::gelu_backward(d, d, s.pre[j - 1].data(), b * L.in);
-  else ops::relu_backward(d, d, s.pre[j - 1].data(), b * L.in);
+  params_done(chunk, begin, end);
+}
+
+std::pair<int64_t, int64_t> Mlp::range(const Layer& L) const {
+  const ParamInfo& w = store_->infos()[static_cast<size_t>(L.weight)];
+  const ParamInfo& bias = store_->infos()[static_cast<size_t>(L.bias)];
+  return {w.offset, bias.offset + bias.numel};
+}
+
+std::vector<std::pair<int64_t, int64_t>> Mlp::layer_ranges() const {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const auto& layers : chunks_)
+    for (const Layer& L : layers) ranges.push_back(range(L));
+  return ranges;
 }
 
 // Layer j's weight and bias gradients (side by side in the arena: reported together).
@@ -204,9 +221,8 @@ void Mlp::layer_weight(int chunk, size_t j, const Stash& s) {
   const float* h_in = j == 0 ? s.x.data() : s.act[j - 1].data();
   ops::linear_backward_weight(store_->grad(L.weight).data(), store_->grad(L.bias).data(),
                               s.dpre[j].data(), h_in, layout_.microbatch_rows, L.in, L.out);
-  const ParamInfo& w = store_->infos()[static_cast<size_t>(L.weight)];
-  const ParamInfo& bias = store_->infos()[static_cast<size_t>(L.bias)];
-  gradient_ready(chunk, w.offset, bias.offset + bias.numel);
+  const auto [begin, end] = range(L);
+  gradient_ready(chunk, begin, end);
 }
 
 void Mlp::backward_input(int chunk, int, pp::Activations& a, std::span<const float> dy,

@@ -56,6 +56,8 @@ class Mlp final : public Model {
   int64_t eval_numel(int vstage, int64_t rows) const override;
   EvalStats eval_forward(int chunk, const Batch& batch, std::span<const float> x,
                          std::span<float> y) override;
+  // One range per layer: its weight and bias.
+  std::vector<std::pair<int64_t, int64_t>> layer_ranges() const override;
 
  private:
   struct Layer {
@@ -69,6 +71,8 @@ class Mlp final : public Model {
   void top_gradient(int chunk, Stash& s, std::span<const float> dy);
   void layer_input(int chunk, size_t j, Stash& s, std::span<float> dx);
   void layer_weight(int chunk, size_t j, const Stash& s);
+  // Arena floats of a layer's weight and bias (side by side).
+  std::pair<int64_t, int64_t> range(const Layer& L) const;
 
   // Layers of `chunk` on `rows` rows of x into pre/act (sized by the caller).
   void run_layers(int chunk, const float* x, int64_t rows, std::vector<Tensor>& pre,

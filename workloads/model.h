@@ -150,6 +150,12 @@ class Model : public pp::StageModel {
   // gradient is exactly zero. None by default.
   virtual std::vector<SparseTable> sparse_tables() const { return {}; }
   virtual std::span<const int64_t> touched_rows(int) const { return {}; }
+  // The arena ranges [begin, end) of this rank's layers, in arena order,
+  // tiling the arena: what one need(), need_backward() and done() of its
+  // ParamGate ask for around each layer (stage_model.h) — the seam that lets
+  // ZeRO stage 3 gather one layer's parameters at a time. Empty: the model
+  // reads its parameters without asking (it cannot train with them sharded).
+  virtual std::vector<std::pair<int64_t, int64_t>> layer_ranges() const { return {}; }
   // A line the trainer prints at the start (the CNN: its parameter and
   // FLOP shares per layer kind); "" for none.
   virtual std::string summary() const { return ""; }

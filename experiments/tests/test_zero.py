@@ -21,12 +21,12 @@ def test_pieces_are_the_balanced_partition():
 
 
 def test_memory_table_marks_exact_rows_and_flags_a_rank_off_by_a_float():
-    table = zero.memory_table(mem_rows(1, 4, 10) + mem_rows(0, 2, 10))
+    table = zero.memory_table(mem_rows(1, 4, 10) + mem_rows(0, 2, 10), 24)
     assert "| 1 | 4 | 10 |" in table and "**no**" not in table
     # stage 1 at the largest rank: 8Ψ + 8·⌈Ψ/N⌉ = 104 bytes against the paper's 8Ψ + 8Ψ/N = 100
     assert "| 1.040 | yes |" in table
     bad = mem_rows(1, 4, 10, optimizer_of=lambda r: 8 * zero.piece(10, 4, r) + (4 if r == 3 else 0))
-    assert "**no**" in zero.memory_table(bad)
+    assert "**no**" in zero.memory_table(bad, 24)
 
 
 def test_step_table_compares_each_stage_with_its_zero0_peer():
@@ -40,3 +40,49 @@ def test_step_table_compares_each_stage_with_its_zero0_peer():
     assert "1.040" in line["zero1"] and "met" in line["zero1"]
     assert "1.375" in line["zero2_overlap"] and "1.100" in line["zero2_overlap"]
     assert "**missed**" in line["zero2_overlap"]
+
+
+def stage3_rows(n, psi, largest, gathered_of=None):
+    return [{"stage": "3", "N": str(n), "rank": str(r), "psi": str(psi),
+             "params_bytes": str(4 * zero.piece(psi, n, r)), "grads_bytes": "0",
+             "optimizer_bytes": str(8 * zero.piece(psi, n, r)),
+             "gathered_bytes": str(8 * largest if gathered_of is None else gathered_of(r))}
+            for r in range(n)]
+
+
+def test_stage3_rows_are_the_pieces_and_the_largest_layer_gathered():
+    table = zero.memory_table(stage3_rows(4, 10, 3), 24)
+    assert "| 3 | 4 | 10 |" in table and "**no**" not in table
+    off = stage3_rows(4, 10, 3, gathered_of=lambda r: 24 + (8 if r == 2 else 0))
+    assert "**no**" in zero.memory_table(off, 24)
+
+
+def test_gathered_form_is_a_block_and_its_gradient_beside_the_embeddings_gradient():
+    # E = 10, blocks of 30, lnf 2: 4·(2·30 + 10)
+    assert zero.gathered_form([10, 30, 30, 2]) == 280
+    # an embedding larger than twice a block: the head's backward, 4·(2·2 + 2E)
+    assert zero.gathered_form([100, 30, 2]) == 816
+
+
+def test_stage3_step_target_needs_both_the_ratio_and_the_prediction():
+    rows = [{"net": "1gbit", "N": "4", "variant": v, "rep": "0", "step_s": str(s),
+             "dp_bytes_max": "1", "compute_s": str(c)}
+            for v, s, c in [("zero0", 0.100, 0.050), ("zero3", 0.180, 0.050),
+                            ("zero3_prefetch", 0.140, 0.050)]]
+    pred = [{"net": "1gbit", "N": "4", "comm_s": "0.120", "first_s": "0.010"}]
+    line = {l.split("|")[3].strip(): l for l in zero.step_table(rows, pred).splitlines()
+            if l.startswith("| 1gbit")}
+    # without prefetch: 50 + 120 = 170 ms predicted; with: 10 + max(50, 110) = 120 ms
+    assert "170.0 (1.06×)" in line["zero3"]
+    assert "120.0 (1.17×)" in line["zero3_prefetch"] and "**missed**" in line["zero3_prefetch"]
+    rows[2]["step_s"] = "0.130"
+    line = {l.split("|")[3].strip(): l for l in zero.step_table(rows, pred).splitlines()
+            if l.startswith("| 1gbit")}
+    assert "met" in line["zero3_prefetch"]
+
+
+def test_budget_table_gives_stage3_the_most_blocks():
+    table = zero.budget_table(8e6, 8, 128, 64, 16)
+    blocks = {int(l.split("|")[1]): int(l.split("|")[2]) for l in table.splitlines()
+              if l.startswith("| ") and l.split("|")[1].strip().isdigit()}
+    assert blocks[0] < blocks[1] <= blocks[2] < blocks[3]

@@ -86,7 +86,7 @@ struct StageRun {
   double start = 0;               // first action's start
   double end = 0;                 // last action's end
   double compute_s = 0;           // Σ action durations, less param_wait_s
-  double param_wait_s = 0;        // forwards waiting for their layers' parameters (param_gate)
+  double param_wait_s = 0;        // layers waiting for their parameters (param_gate)
   double recv_wait_s = 0;         // blocked waiting for inputs
   double send_s = 0;              // posting sends, and waiting for them at the end
   double gather_s = 0;            // scatter/gather's all-gathers of received slices
@@ -119,6 +119,10 @@ class StageExecutor : private GradientSink, private ParamGate {
   void ready(int chunk, int64_t begin, int64_t end) override;
   // ParamGate: the model's requests, passed on and timed (param_wait_s).
   void need(int chunk, int64_t begin, int64_t end) override;
+  void need_backward(int chunk, int64_t begin, int64_t end) override;
+  void done(int chunk, int64_t begin, int64_t end) override;
+  // A wait for parameters that began at t0 ended now: timed, traced.
+  void waited(int chunk, int64_t begin, int64_t end, double t0);
   // The stash of (chunk, micro-batch): taken at its forward, freed after its
   // last backward action.
   pp::Activations& take(int chunk, int microbatch);

@@ -58,10 +58,20 @@ class GradientSink {
 // order the forward reads them. With the parameter server's layer-wise start
 // (docs/overlap.md) the next step's forward of a layer waits there for that
 // layer's pull alone, not for the whole model's.
+//
+// Sharded parameters (ZeRO stage 3, FSDP's full shard: sync/zero3_gate.h)
+// gather a layer's parameters at need(), and again at need_backward() —
+// before the layer's backward reads them, and before its weight-gradient
+// half writes its gradients (the gate then gives the layer a gradient
+// buffer too) — and free them at done(), after the forward or the
+// backward's last read of them. A model that calls the three around each
+// of its layer_ranges() (model.h) can train with its parameters sharded.
 class ParamGate {
  public:
   virtual ~ParamGate() = default;
   virtual void need(int chunk, int64_t begin, int64_t end) = 0;
+  virtual void need_backward(int, int64_t, int64_t) {}
+  virtual void done(int, int64_t, int64_t) {}
 };
 
 // One micro-batch's stash on one chunk.
@@ -114,6 +124,14 @@ class StageModel {
   // For the forward: arena floats [begin, end) of `chunk` are read next.
   void params_needed(int chunk, int64_t begin, int64_t end) {
     if (param_gate_ && begin < end) param_gate_->need(chunk, begin, end);
+  }
+  // For the backward: arena floats [begin, end) of `chunk` are read, or their gradients written, next.
+  void params_needed_backward(int chunk, int64_t begin, int64_t end) {
+    if (param_gate_ && begin < end) param_gate_->need_backward(chunk, begin, end);
+  }
+  // After a layer's forward, or its backward's last read: [begin, end) is not read until the next need.
+  void params_done(int chunk, int64_t begin, int64_t end) {
+    if (param_gate_ && begin < end) param_gate_->done(chunk, begin, end);
   }
 
  private:

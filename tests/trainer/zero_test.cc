@@ -1,10 +1,10 @@
-// Sharded training state (ZeRO stages 1 and 2, sync/zero_sync.h),
-// in-process. After 10 steps each stage equals the same algorithm's ZeRO-0
-// run — bitwise for stage 1 of ring and halving_doubling (the same
-// reduce-scatter sums each element), within 1e-6 relative for stage 2's
-// per-bucket reduce-scatters (a bucket's owners are cut at the flat layout's
-// boundaries, so an element's sum starts at another rank) — for the MLP and
-// the GPT, SGD and Adam, d = 2 and 4, and inside (p, t, d) = (2, 2, 2). The
+// Sharded training state (ZeRO stages 1, 2 and 3, sync/zero_sync.h and
+// sync/layer_gather.h), in-process. After 10 steps each stage equals the
+// same algorithm's ZeRO-0 run — bitwise for stages 1 and 3 of ring and
+// halving_doubling under data parallelism alone (the same reduce-scatter
+// sums each element, whole or layer by layer), within 1e-6 relative for
+// stage 2's per-bucket reduce-scatters and inside (p, t, d) = (2, 2, 2) —
+// for the MLP and the GPT, SGD and Adam, d = 2 and 4. The
 // bytes each rank sent and the bytes of its training state, read from
 // axes.csv, equal the closed forms to the byte; the bad configurations are
 // ConfigErrors naming the keys; a checkpointed run resumes bitwise.
@@ -20,6 +20,7 @@
 #include "allreduce/partition.h"
 #include "comm/inproc_comm.h"
 #include "core/ops.h"
+#include "tests/trainer/cnn_fixture.h"
 #include "tests/trainer/three_d_fixture.h"
 #include "tests/trainer/train_fixture.h"
 #include "core/checkpoint.h"
@@ -59,7 +60,7 @@ class ZeroEqualsZero0 : public ::testing::TestWithParam<ZeroCase> {
   }
 };
 
-TEST_P(ZeroEqualsZero0, Stage1IsBitwiseAndStage2WithOverlapWithin1e6) {
+TEST_P(ZeroEqualsZero0, Stages1And3AreBitwiseAndStage2Within1e6) {
   const int d = GetParam().d;
   const auto zero0 = train_result(d, config({})).params;
   const auto stage1 = train_result(d, config({"sync.zero=1"})).params;
@@ -71,6 +72,14 @@ TEST_P(ZeroEqualsZero0, Stage1IsBitwiseAndStage2WithOverlapWithin1e6) {
   EXPECT_EQ(stage2, zero0) << "stage 2 without overlap is stage 1";
   ASSERT_EQ(stage2_overlap.size(), zero0.size());
   EXPECT_LE(relative_difference(zero0, stage2_overlap), 1e-6);
+  // Stage 3, the layers gathered on this thread, or prefetched on the
+  // communication thread (sync.overlap): the same collectives either way.
+  // Each layer's reduce-scatter, cut at the flat layout's owners, sums
+  // every element in the order of the whole arena's: bitwise ZeRO-0.
+  const auto stage3 = train_result(d, config({"sync.zero=3"})).params;
+  const auto stage3_prefetch = train_result(d, config({"sync.zero=3", "sync.overlap=true"})).params;
+  EXPECT_EQ(stage3, zero0) << "stage 3: the same sums per element, the same elementwise step";
+  EXPECT_EQ(stage3_prefetch, stage3) << "prefetching changes when a layer is gathered, not its sums";
   // The check can fail: a run of fewer steps ends elsewhere.
   const auto shorter = train_result(d, config({"sync.zero=1", "train.steps=9"})).params;
   EXPECT_GT(relative_difference(zero0, shorter), 1e-6);
@@ -109,9 +118,16 @@ TEST(Zero3d, A222GptShardsOverEachDataParallelGroup) {
                                             g, sets({"sync.zero=2", "sync.overlap=true",
                                                      "sync.bucket_bytes=8K"})))
                             .params;
+    // Stage 3: the embedding and its copy on the last stage (tied across
+    // the pipeline) reduce-scattered after their pair's sum.
+    const auto stage3 =
+        train_result(8, testing::gpt_3d_config(g, sets({"sync.zero=3", "sync.overlap=true"})))
+            .params;
     EXPECT_EQ(stage1, zero0) << opt;
     ASSERT_EQ(stage2.size(), zero0.size());
     EXPECT_LE(relative_difference(zero0, stage2), 1e-6) << opt;
+    ASSERT_EQ(stage3.size(), zero0.size());
+    EXPECT_LE(relative_difference(zero0, stage3), 1e-6) << opt;
   }
 }
 
@@ -195,27 +211,88 @@ TEST_F(ZeroFiles, GptBytesOnTheWireAreTheFormsOverEachDataParallelGroup) {
   }
 }
 
-// fp32 Adam: ZeRO-0 16Ψ (parameters 4Ψ, gradients 4Ψ, m and v 8Ψ); stages 1
-// and 2: 4Ψ + 4Ψ + 8·P_r, P_r = Partition{Ψ, N}.size(r) = ⌈Ψ/N⌉ for
-// r < Ψ mod N, else ⌊Ψ/N⌋ — 8Ψ + 8Ψ/N when N divides Ψ. SGD with momentum:
-// 4·P_r of velocity.
-TEST_F(ZeroFiles, StateBytesAreTheZeroFormsToTheByte) {
-  const int n = 4;
-  const Partition pieces{kMlpParams, n};
-  for (const char* opt : {"adam", "sgd"}) {
-    const int64_t per_element = std::string(opt) == "adam" ? 8 : 4;
-    for (int stage : {0, 1, 2}) {
-      const Config cfg = with(testing::small_mlp_config("ring", 2, opt),
-                              {"sync.zero=" + std::to_string(stage)});
-      const auto rows = axes(n, cfg, std::string("mem_") + opt + std::to_string(stage));
-      ASSERT_EQ(rows.size(), 2u * n);
+// Stage 3, ring, one micro-batch: each layer all-gathered before its
+// forward and again before its backward (Ψ − P_{(r+1) mod N} per pass over
+// the layers: every layer but the right neighbour's part of it) and
+// reduce-scattered once (Ψ − P_r): 3(N−1)/N·Ψ floats when N divides Ψ.
+int64_t ring_zero3_bytes(int64_t psi, int n, int r) {
+  const Partition p{psi, n};
+  return 4 * (3 * psi - 2 * p.size((r + 1) % n) - p.size(r));
+}
+
+TEST_F(ZeroFiles, Stage3BytesOnTheWireAreTwoAllGathersAndAReduceScatter) {
+  for (const auto& [n, batch] : {std::pair{4, 48}, std::pair{5, 40}}) {
+    for (const char* prefetch : {"false", "true"}) {
+      const Config cfg = with(testing::small_mlp_config("ring", 3, "adam"),
+                              {"sync.zero=3", std::string("sync.overlap=") + prefetch,
+                               "train.batch_size=" + std::to_string(batch)});
+      const auto rows = axes(n, cfg, std::string("bytes3_") + prefetch + std::to_string(n));
+      ASSERT_EQ(rows.size(), 3u * n);
       for (const auto& row : rows) {
         const int r = static_cast<int>(field(row, "rank"));
-        EXPECT_EQ(field(row, "params_bytes"), 4 * kMlpParams);
-        EXPECT_EQ(field(row, "grads_bytes"), 4 * kMlpParams);
-        const int64_t elements = stage == 0 ? kMlpParams : pieces.size(r);
-        EXPECT_EQ(field(row, "optimizer_bytes"), per_element * elements)
-            << opt << " stage " << stage << " rank " << r;
+        EXPECT_EQ(field(row, "dp_bytes_sent"), ring_zero3_bytes(kMlpParams, n, r))
+            << "prefetch " << prefetch << " N " << n << " rank " << r;
+        if (kMlpParams % n == 0)
+          EXPECT_EQ(field(row, "dp_bytes_sent"), 4 * 3 * (n - 1) * kMlpParams / n);
+      }
+    }
+  }
+}
+
+// The GPT (m = 2 micro-batches here): every layer is gathered for each
+// micro-batch's forward and backward, and its gradient reduce-scattered
+// once; its head reads the token embedding (tied, on the same rank), so the
+// embeddings' layer [0, E) is gathered twice more per micro-batch (the
+// head's forward and backward) — 4·(E − its right neighbour's part of it)
+// bytes each.
+TEST_F(ZeroFiles, Stage3GptBytesGatherPerMicroBatchAndTwiceMoreForTheTiedHead) {
+  const int n = 4;
+  const Config cfg = testing::gpt_3d_config({1, 1, n}, {"sync.zero=3", "train.steps=2"});
+  const int64_t m = cfg.get_int("parallel.microbatches"), d = cfg.get_int("model.d_model");
+  ASSERT_EQ(m, 2);
+  const auto rows = axes(n, cfg, "gpt3");
+  ASSERT_EQ(rows.size(), 2u * n);
+  for (const auto& row : rows) {
+    const int64_t psi = field(row, "dp_floats");
+    const int r = static_cast<int>(field(row, "dp")), q = (r + 1) % n;
+    const Partition p{psi, n};
+    // wte [V, d] then wpe [T, d] open the arena.
+    const int64_t embedding = (cfg.get_int("model.vocab") + cfg.get_int("model.seq_len")) * d;
+    const int64_t right = std::clamp(p.offset(q) + p.size(q), int64_t{0}, embedding) -
+                          std::clamp(p.offset(q), int64_t{0}, embedding);
+    EXPECT_EQ(field(row, "dp_bytes_sent"),
+              4 * (m * 2 * (psi - p.size(q) + embedding - right) + psi - p.size(r)))
+        << "rank " << r;
+  }
+}
+
+// Stage 3 keeps this rank's piece of the parameters (4·P_r) and of Adam's
+// state (8·P_r) between steps, and no gradient shard (each owned part is
+// stepped as its layer's sum arrives): 12Ψ/N when N divides Ψ, 4Ψ/N below
+// the ZeRO paper's 16Ψ/N. During the step it gathers one layer at a time:
+// without prefetch the largest is layer l's backward, its parameters and
+// its gradient at once, 8·n_l bytes; with prefetch the next layer's
+// parameters come on top (at least the forward's first two layers).
+TEST_F(ZeroFiles, Stage3StateIsThePiecesAndTheGatheredLayers) {
+  const int n = 4;
+  const Partition pieces{kMlpParams, n};
+  const std::vector<int64_t> layers = {20 * 32 + 32, 32 * 16 + 16, 16 * 5 + 5};  // n_l
+  const int64_t largest = *std::max_element(layers.begin(), layers.end());
+  for (const char* prefetch : {"false", "true"}) {
+    const Config cfg = with(testing::small_mlp_config("ring", 2, "adam"),
+                            {"sync.zero=3", std::string("sync.overlap=") + prefetch});
+    const auto rows = axes(n, cfg, std::string("mem3_") + prefetch);
+    ASSERT_EQ(rows.size(), 2u * n);
+    for (const auto& row : rows) {
+      const int r = static_cast<int>(field(row, "rank"));
+      EXPECT_EQ(field(row, "params_bytes"), 4 * pieces.size(r));
+      EXPECT_EQ(field(row, "grads_bytes"), 0);
+      EXPECT_EQ(field(row, "optimizer_bytes"), 8 * pieces.size(r));
+      if (std::string(prefetch) == "false") {
+        EXPECT_EQ(field(row, "gathered_bytes"), 8 * largest) << "rank " << r;
+      } else {
+        EXPECT_GE(field(row, "gathered_bytes"), 4 * (layers[0] + layers[1])) << "rank " << r;
+        EXPECT_LE(field(row, "gathered_bytes"), 8 * kMlpParams) << "rank " << r;
       }
     }
   }
@@ -223,13 +300,17 @@ TEST_F(ZeroFiles, StateBytesAreTheZeroFormsToTheByte) {
 
 // ---- checkpoints -------------------------------------------------------------
 
-TEST_F(ZeroFiles, Stage1And2ResumeBitwise) {
-  for (const char* stage : {"1", "2"}) {
+TEST_F(ZeroFiles, Stages1To3ResumeBitwise) {
+  for (const char* stage : {"1", "2", "3"}) {
     const Config whole = with(testing::small_mlp_config("ring", 10, "adam"),
                               {std::string("sync.zero=") + stage, "train.checkpoint_every=5",
-                               std::string("sync.overlap=") + (stage[0] == '2' ? "true" : "false")});
+                               std::string("sync.overlap=") + (stage[0] != '1' ? "true" : "false")});
     const Config first = with(whole, {"train.steps=5"});
-    const auto reference = train_result(4, whole, (dir_ / (std::string("whole") + stage)).string());
+    // The reference writes no checkpoint: a checkpoint that wrote other
+    // parameters than the run holds (stage 3 gathers them for it) would
+    // otherwise mislead both runs alike.
+    const auto reference = train_result(4, with(whole, {"train.checkpoint_every=0"}),
+                                        (dir_ / (std::string("whole") + stage)).string());
     const std::string run = (dir_ / (std::string("resumed") + stage)).string();
     train_result(4, first, run);
     ASSERT_EQ(latest_checkpoint(run), 5);
@@ -252,17 +333,19 @@ TEST_F(ZeroFiles, Stage1And2ResumeBitwise) {
 // against the uninterrupted runs of 4 and of the new size (the sums differ
 // only in their order: within 1e-6).
 TEST_F(ZeroFiles, ResumingOntoAnotherDataParallelSizeReshards) {
+  std::map<int, std::vector<float>> resumed_stage1;
+  for (const char* stage : {"1", "3"}) {
   const Config whole = with(testing::small_mlp_config("ring", 10, "adam"),
-                            {"sync.zero=1", "train.checkpoint_every=5"});
-  const auto four = train_result(4, whole, (dir_ / "four").string()).params;
+                            {std::string("sync.zero=") + stage, "train.checkpoint_every=5"});
+  const auto four = train_result(4, whole, (dir_ / (stage + std::string("four"))).string()).params;
   for (int n : {2, 8}) {
-    const std::string from = (dir_ / ("half" + std::to_string(n))).string();
+    const std::string from = (dir_ / (stage + std::string("half") + std::to_string(n))).string();
     const auto stopped = train_result(4, with(whole, {"train.steps=5"}), from).params;
     std::vector<float> resumed;
     std::mutex mu;
     run_inproc(n, [&](Comm& c) {
       TrainOptions o;
-      o.out_dir = (dir_ / ("resumed" + std::to_string(n))).string();
+      o.out_dir = (dir_ / (stage + std::string("resumed") + std::to_string(n))).string();
       o.resume_from = from;
       TrainResult r = train(c, whole, o);
       std::lock_guard<std::mutex> lock(mu);
@@ -270,9 +353,13 @@ TEST_F(ZeroFiles, ResumingOntoAnotherDataParallelSizeReshards) {
     });
     const auto direct = train_result(n, whole).params;
     ASSERT_EQ(resumed.size(), four.size());
-    EXPECT_LE(relative_difference(four, resumed), 1e-6) << n;
-    EXPECT_LE(relative_difference(direct, resumed), 1e-6) << n;
+    EXPECT_LE(relative_difference(four, resumed), 1e-6) << stage << " " << n;
+    EXPECT_LE(relative_difference(direct, resumed), 1e-6) << stage << " " << n;
     EXPECT_GT(relative_difference(four, stopped), 1e-4) << "the check can fail";
+    // Stage 3's resumed run is the stage-1 run resumed onto the same size.
+    if (std::string(stage) == "1") resumed_stage1[n] = resumed;
+    else EXPECT_LE(relative_difference(resumed_stage1[n], resumed), 1e-6) << n;
+  }
   }
 }
 
@@ -352,8 +439,15 @@ TEST(ZeroConfig, RefusalsNameTheKeys) {
   EXPECT_THAT(error(2, "naive", {"sync.zero=1"}),
               AllOf(HasSubstr("sync.zero"), HasSubstr("naive"), HasSubstr("reduce-scatter")));
   EXPECT_THAT(error(2, "tree", {"sync.zero=2"}), AllOf(HasSubstr("sync.zero"), HasSubstr("tree")));
-  EXPECT_THAT(error(2, "ring", {"sync.zero=3"}),
-              AllOf(HasSubstr("sync.zero: 3"), HasSubstr("model.type mlp")));
+  EXPECT_THAT(testing::train_config_error(2, testing::cnn_config(false, {"sync.zero=3"})),
+              AllOf(HasSubstr("sync.zero: 3"), HasSubstr("model.type cnn"),
+                    HasSubstr("layer_ranges")));
+  EXPECT_THAT(error(2, "ps", {"sync.zero=3", "ps.colocated=true"}),
+              AllOf(HasSubstr("sync.zero"), HasSubstr("sync.backend ps")));
+  EXPECT_THAT(error(2, "butterfly", {"sync.zero=3"}),
+              AllOf(HasSubstr("sync.zero"), HasSubstr("butterfly"), HasSubstr("reduce-scatter")));
+  EXPECT_THAT(error(2, "ring", {"sync.zero=3", "sync.overlap=true", "sync.priority=front_first"}),
+              AllOf(HasSubstr("sync.zero: 3"), HasSubstr("sync.priority")));
   EXPECT_THAT(error(2, "ring", {"sync.zero=1", "sync.overlap=true"}),
               AllOf(HasSubstr("sync.zero: 1"), HasSubstr("sync.overlap")));
   EXPECT_THAT(error(2, "ring", {"sync.zero=4"}), HasSubstr("sync.zero must be 0, 1, 2 or 3"));

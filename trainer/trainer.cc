@@ -9,6 +9,7 @@
 #include "allreduce/allreducer.h"
 #include "allreduce/partition.h"
 #include "allreduce/staged.h"
+#include "comm/mpi_comm.h"
 #include "comm/netem.h"
 #include "core/device.h"
 #include "core/errors.h"
@@ -494,6 +495,13 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
                              config.get_duration("sync.timeout"), " s) below ps.timeout (",
                              config.get_duration("ps.timeout"), " s): the workers must give up on a dead "
                       "worker before the servers give up on the live ones waiting for it"));
+  // A worker that died can keep MPI_Finalize's closing fence waiting for
+  // ever (comm/mpi_comm.h): every process gives it longer than the last
+  // waits of a live one (the servers' ps.timeout, the control plane's two
+  // sync.timeout) and then exits with its code.
+  if (survives)
+    MpiRuntime::finalize_within(config.get_duration("ps.timeout") +
+                                2 * config.get_duration("sync.timeout"));
   if (survives && checkpoint_every > 0)
     throw ConfigError("train.checkpoint_every with ps.on_worker_failure: continue: a checkpoint "
                       "needs every worker's file, and a dead worker writes none (set "

@@ -2,7 +2,9 @@
 
 #include <sched.h>
 
+#include <atomic>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -145,10 +147,38 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv, bool threads) {
                       std::to_string(provided));
 }
 
+namespace {
+std::atomic<double> finalize_deadline_s{MpiRuntime::kFinalizeDeadline};
+std::atomic<int> exit_code{0};
+}  // namespace
+
+void MpiRuntime::finalize_within(double seconds) { finalize_deadline_s.store(seconds); }
+void MpiRuntime::set_exit_code(int code) { exit_code.store(code); }
+
 MpiRuntime::~MpiRuntime() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  // A watchdog: a finalize that returns in time lets it go; one that does
+  // not ends the process (nothing is left to do but return the code).
+  static std::atomic<bool> returned{false};
+  const double limit = finalize_deadline_s.load();
+  std::thread([limit] {
+    const double deadline = now_seconds() + limit;
+    while (!returned.load()) {
+      if (now_seconds() >= deadline) {
+        std::fprintf(stderr,
+                     "psar: MPI_Finalize did not return within %g s (a process of the job that "
+                     "died keeps the runtime's closing fence waiting); exiting without it\n",
+                     limit);
+        std::fflush(nullptr);
+        std::_Exit(exit_code.load());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }).detach();
+  MPI_Finalize();
+  returned.store(true);
 }
 
 void MpiRuntime::abort(int code) {

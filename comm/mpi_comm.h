@@ -24,6 +24,14 @@ class MpiRuntime {
   // Ends every process of the job now (after an unrecoverable error on one rank).
   [[noreturn]] static void abort(int code);
   static bool initialized();
+  // MPI_Finalize's closing fence includes every process of the job, and
+  // one that died (a worker killed under mpirun --enable-recovery) can keep
+  // it waiting forever: the destructor gives MPI_Finalize `seconds` (default
+  // kFinalizeDeadline), then ends the process with the code main returned
+  // (set_exit_code), saying so on stderr.
+  static constexpr double kFinalizeDeadline = 60.0;
+  static void finalize_within(double seconds);
+  static void set_exit_code(int code);
 };
 
 class MpiComm final : public Comm {

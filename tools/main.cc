@@ -92,7 +92,9 @@ int main(int argc, char** argv) {
     return false;
   }();
   try {
-    return cmd->run(ctx);
+    const int code = cmd->run(ctx);
+    MpiRuntime::set_exit_code(code);  // the code, should MPI_Finalize need its deadline
+    return code;
   } catch (const ConfigError& e) {
     return fail(&e, e, "config error: ", 2, rank, multi_rank);
   } catch (const DataError& e) {

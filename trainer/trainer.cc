@@ -9,6 +9,7 @@
 #include "allreduce/allreducer.h"
 #include "allreduce/partition.h"
 #include "allreduce/staged.h"
+#include "comm/mpi_comm.h"
 #include "comm/netem.h"
 #include "core/device.h"
 #include "core/errors.h"
@@ -366,6 +367,12 @@ class TrainingRun {
                                " s): the workers must give up "
                                "on a dead worker before the servers give up on the live ones "
                                "waiting for it"));
+    // A worker that died can keep MPI_Finalize's closing fence waiting for
+    // ever (comm/mpi_comm.h): every process gives it longer than the last
+    // waits of a live one (the servers' ps.timeout, the control plane's two
+    // sync.timeout) and then exits with its code.
+    if (o_.survives_worker_failure)
+      MpiRuntime::finalize_within(o_.ps_timeout + 2 * o_.sync_timeout);
     if (o_.survives_worker_failure && o_.checkpoint_every > 0)
       throw ConfigError(
           "train.checkpoint_every with ps.on_worker_failure: continue: a checkpoint "

@@ -155,6 +155,7 @@ FOLDERS = {
     "where_ps_wins": script("where_ps_wins"),
     "collective_engine": folder_script("table.py", ["data", "922cf5b", "f721acc"], "table.md"),
     "zero": script("zero"),
+    "sparse_ps": script("sparse_ps"),
 }
 
 PROVENANCE = re.compile(re.escape(runner.PROVENANCE_BEGIN) + r"\n(.*?)" +

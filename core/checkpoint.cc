@@ -329,10 +329,10 @@ DpResize dp_resize(const CheckpointFile& manifest, const Config& config, const J
   if (dp == job.dp) return {};
   const int servers = manifest.get_int("world_size") - manifest.get_int("workers");
   std::string why;
-  if (pp != 1 || tp != 1 || job.pp != 1 || job.tp != 1)
-    why = "with pipeline or tensor parallelism (p t = " + std::to_string(pp) + " " +
+  if (pp != job.pp || tp != job.tp)
+    why = "the pipeline and tensor degrees differ (p t = " + std::to_string(pp) + " " +
           std::to_string(tp) + " in the checkpoint, " + std::to_string(job.pp) + " " +
-          std::to_string(job.tp) + " in this run) each replica's files are not one state";
+          std::to_string(job.tp) + " in this run): a replica's files hold another cut of the model";
   else if (manifest.get("sync") != job.sync)
     why = "sync.backend " + manifest.get("sync") + " wrote it, this run has " + job.sync;
   else if (servers != job.world_size - job.workers)
@@ -341,7 +341,7 @@ DpResize dp_resize(const CheckpointFile& manifest, const Config& config, const J
   if (!why.empty())
     throw ConfigError("--resume onto " + std::to_string(job.dp) + " data-parallel replicas of a " +
                       "checkpoint written by " + std::to_string(dp) + ": " + why);
-  return {.resized = true, .reshard = config.get_int("sync.zero") > 0};
+  return {.resized = true, .reshard = config.get_int("sync.zero") > 0, .old_dp = dp};
 }
 
 }  // namespace psar

@@ -111,23 +111,21 @@ std::vector<float> reshard_range(const std::vector<int64_t>& old_bounds, int64_t
                                  const std::function<std::vector<float>(int)>& old_piece);
 
 // Elastic resume: a checkpoint written by d = N data-parallel replicas,
-// resumed by a job with d = M (docs/checkpoints.md). Allowed where every
-// replica's file holds the same state — parameters replicated, optimizer
-// state replicated (allreduce backends) or on the PS shards — i.e. without
-// pipeline or tensor parallelism (p = t = 1) and, for the parameter server,
-// with the same shards (dedicated ranks: the world differs by N − M too).
-// The global batch is kept (train.batch_size is the same key), so each of
-// the M replicas takes batch/M rows of the data position the checkpoint
-// recorded. Returns the rank whose file `rank` of the new job restores:
-// `rank` itself when d did not change, rank 0 (every replica's file is the
-// same) when it did — except where the optimizer state is sharded over the
-// replicas (sync.zero > 0): then `reshard` is set and each new rank cuts its
-// piece anew from the old pieces (reshard_range). Throws ConfigError saying
-// why a resize is refused.
+// resumed by a job with d = M and the same pipeline and tensor degrees
+// (docs/checkpoints.md). Every (stage, tensor rank) cell's replicas hold the
+// same parameters, so each new rank restores its cell's replica 0 — with the
+// optimizer state replicated (allreduce backends) or on the PS shards (the
+// same shards: dedicated ranks, so the world differs by N − M too). Where
+// the optimizer state is sharded over the replicas (sync.zero > 0),
+// `reshard` is set and each new rank cuts its piece anew from its cell's N
+// old pieces (reshard_range). The global batch is kept (train.batch_size is
+// the same key), so each of the M replicas takes batch/M rows of the data
+// position the checkpoint recorded. Throws ConfigError saying why a resize
+// is refused (other p or t, another backend or server count).
 struct DpResize {
   bool resized = false;  // the checkpoint's d differs from the job's
   bool reshard = false;  // resized, with a sharded optimizer state (sync.zero > 0)
-  int source_rank(int rank) const { return resized ? 0 : rank; }
+  int old_dp = 0;        // the checkpoint's d (where resized)
 };
 DpResize dp_resize(const CheckpointFile& manifest, const Config& config, const JobIdentity& job);
 

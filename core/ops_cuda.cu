@@ -4,9 +4,15 @@
 // rounding; reductions run in a different order, so not bit for bit, except
 // the elementwise optimizer updates and dropout, which are exact.
 // GEMMs go to cuBLAS in FP32 (no TF32: CUBLAS_DEFAULT_MATH).
+//
+// cuBLAS is opened with dlopen on the first GEMM, not linked: loading
+// libcublasLt runs static initializers that take about 0.25 s and 200 MB in
+// every process that links it, GPU or not, which every test binary and every
+// rank of every CPU run would pay.
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <limits>
 #include <string>
@@ -30,17 +36,52 @@ void check_blas(cublasStatus_t status, const char* what) {
     throw Error(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(status)));
 }
 
+// The four cuBLAS entry points the GEMM needs, resolved once from the library
+// CMake found (PSAR_CUBLAS_LIBRARY), else from the loader's search path.
+struct Cublas {
+  decltype(&cublasCreate) create = nullptr;
+  decltype(&cublasDestroy) destroy = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&cublasSgemm) sgemm = nullptr;
+
+  Cublas() {
+    void* lib = nullptr;
+    std::string tried;
+    for (const char* name : {PSAR_CUBLAS_LIBRARY, PSAR_CUBLAS_SONAME}) {
+      lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (lib) break;
+      const char* why = dlerror();
+      tried += std::string(tried.empty() ? "" : "; ") + (why ? why : name);
+    }
+    if (!lib) throw Error("cannot load cuBLAS for the GEMMs of train.device cuda: " + tried);
+    resolve(lib, "cublasCreate_v2", create);
+    resolve(lib, "cublasDestroy_v2", destroy);
+    resolve(lib, "cublasSetMathMode", set_math_mode);
+    resolve(lib, "cublasSgemm_v2", sgemm);
+  }
+  template <typename F>
+  static void resolve(void* lib, const char* symbol, F& f) {
+    f = reinterpret_cast<F>(dlsym(lib, symbol));
+    if (!f) throw Error(std::string("cuBLAS has no symbol ") + symbol);
+  }
+};
+
+const Cublas& cublas() {
+  static const Cublas api;
+  return api;
+}
+
 // One cuBLAS handle per host thread (a handle is not safe to share across
 // threads); it runs on the legacy default stream like every kernel here.
 cublasHandle_t blas() {
   struct Handle {
     cublasHandle_t h = nullptr;
     Handle() {
-      check_blas(cublasCreate(&h), "cublasCreate");
-      check_blas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+      check_blas(cublas().create(&h), "cublasCreate");
+      check_blas(cublas().set_math_mode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     }
     ~Handle() {
-      if (h) cublasDestroy(h);
+      if (h) cublas().destroy(h);
     }
   };
   thread_local Handle handle;
@@ -424,7 +465,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   if (M == 0 || N == 0) return;
   // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the
   // operands, keep the flags and leading dimensions. K = 0 gives C = beta·C.
-  check_blas(cublasSgemm(blas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+  check_blas(cublas().sgemm(blas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                          trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, blas_int(N), blas_int(M),
                          blas_int(K), &alpha, B, blas_int(ldb), A, blas_int(lda), &beta, C,
                          blas_int(ldc)),

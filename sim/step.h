@@ -18,6 +18,7 @@
 // simulate every data-parallel group's messages.
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "allreduce/program.h"
 #include "core/config.h"
 #include "modelpar/pp/schedule.h"
+#include "ps/sharding.h"
 #include "sim/cluster.h"
 #include "sim/gpt_cost.h"
 
@@ -64,7 +66,10 @@ struct StepSpec {
   std::string sync = "ring";       // allreduce algorithm, or "ps"
   int ps_servers = 1;
   bool ps_colocated = false;
-  int64_t ps_chunk_bytes = 1 << 20;  // the PS streams a shard in chunks of this (ps_program)
+  // The PS streams each shard in chunks as psar's launch plans them
+  // (ps/sharding.h: ps.chunk_bytes, ps.shard_chunks).
+  int64_t ps_chunk_bytes = 1 << 20;
+  int64_t ps_shard_chunks = 0;
   // Overlap (docs/overlap.md, docs/simulate.md): each stage's gradients are
   // synced in buckets of bucket_bytes as its last backward makes them final.
   bool overlap = false;
@@ -143,14 +148,14 @@ StepResult simulate_step(const ClusterSpec& cluster, const StepSpec& spec);
 
 // The parameter server as a program on d workers (ranks 0..d−1) and S
 // shards (ranks d..d+S−1), streamed as psar's client streams a push_pull
-// (ps/client.h): shard k's slice (Partition{count, S}) travels in chunks of
-// `chunk` elements, chunk 0 of every shard first; in round c every worker
-// pushes chunk c of every shard, which adds it, and every shard sends chunk
-// c − 1, updated once all workers pushed it (BSP), back to every worker — a
-// NIC sends and receives at once, so a shard answers one chunk while the
-// next arrives. A shard of C chunks takes C + 1 rounds; with one shard and
-// equal chunks of c bytes, (C + 1)·(α + d·c/B), the server NIC's bound
-// d·n/B plus one chunk.
-Program ps_program(int workers, int servers, int64_t count, int64_t chunk);
+// (ps/client.h): shard k's key range (`shards`, ps::plan_shards) travels in
+// chunks of `chunk_floats` elements (ps::ShardLayout, as the client cuts
+// it), chunk 0 of every shard first; in round c every worker pushes chunk c
+// of every shard, which adds it, and every shard sends chunk c − 1, updated
+// once all workers pushed it (BSP), back to every worker — a NIC sends and
+// receives at once, so a shard answers one chunk while the next arrives. A
+// shard of C chunks takes C + 1 rounds; with one shard and equal chunks of
+// c bytes, (C + 1)·(α + d·c/B), the server NIC's bound d·n/B plus one chunk.
+Program ps_program(int workers, std::span<const ps::KeyRange> shards, int64_t chunk_floats);
 
 }  // namespace psar::sim

@@ -271,16 +271,20 @@ int64_t optimizer_state_bytes(GradientSync& sync) {
   return bytes;
 }
 
-// A checkpoint written by `old_n` data-parallel ranks, resumed by rank
-// `rank` of `n` (dp_resize's reshard): the parameters (replicated), the
-// step's counters and the model's RNG from old rank 0's file, the optimizer
-// state resharded from the old ranks' pieces (core/checkpoint.h).
-void restore_resharded(const std::string& dir, int old_n, int rank, int n, int64_t step,
-                       ParamStore& store, GradientSync& sync, Model& model) {
+// A checkpoint written by `old_n` data-parallel replicas, resumed by replica
+// `rank` of `n` of the same (stage, tensor rank) cell (dp_resize's reshard);
+// `old_rank(q)` is the world rank that wrote the cell's replica q. The
+// parameters (replicated over the cell), the step's counters and the model's
+// RNG from replica 0's file, the optimizer state resharded from the old
+// replicas' pieces (core/checkpoint.h).
+void restore_resharded(const std::string& dir, int old_n, const std::function<int(int)>& old_rank,
+                       int rank, int n, int64_t step, ParamStore& store, GradientSync& sync,
+                       Model& model) {
   std::map<int, CheckpointFile> files;
   auto file = [&](int q) -> const CheckpointFile& {
     auto it = files.find(q);
-    if (it == files.end()) it = files.emplace(q, CheckpointFile::read(rank_checkpoint_path(dir, q))).first;
+    if (it == files.end())
+      it = files.emplace(q, CheckpointFile::read(rank_checkpoint_path(dir, old_rank(q)))).first;
     return it->second;
   };
   const CheckpointFile& first = file(0);
@@ -565,14 +569,21 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
   const Stopwatch restore_clock;
   if (first_step >= 0) {
     const std::string dir = checkpoint_dir(options.resume_from, first_step);
-    if (resize.reshard) {  // a sharded optimizer state: each rank cuts its piece anew
-      const auto old_world = CheckpointFile::read(manifest_path(dir)).get_int("world_size");
-      restore_resharded(dir, static_cast<int>(old_world), workers.rank(), workers.size(),
-                        first_step, store, sync, *model);
-    } else {  // onto another data-parallel size: every rank restores replica 0's file
-      const int source = resize.source_rank(workers.rank());
-      restore_rank(CheckpointFile::read(rank_checkpoint_path(dir, source)), source,
-                   resize.resized ? GridCoord{} : grid->coord(), first_step, store, sync, *model);
+    if (!resize.resized) {
+      restore_rank(CheckpointFile::read(rank_checkpoint_path(dir, workers.rank())), workers.rank(),
+                   grid->coord(), first_step, store, sync, *model);
+    } else {  // onto another d: this rank's (stage, tensor rank) cell as the old grid held it
+      const GridShape& now = grid->shape();
+      const GridShape old_shape =
+          make_grid_shape(now.pp * now.tp * resize.old_dp, now.tp, now.pp, par.order);
+      const GridCoord& at = grid->coord();
+      const auto old_rank = [&](int q) { return grid_rank(old_shape, {at.tp, q, at.pp}); };
+      if (resize.reshard)  // a sharded optimizer state: each replica cuts its piece anew
+        restore_resharded(dir, resize.old_dp, old_rank, grid->dp().rank(), grid->dp().size(),
+                          first_step, store, sync, *model);
+      else  // replicated: every replica restores the cell's replica 0
+        restore_rank(CheckpointFile::read(rank_checkpoint_path(dir, old_rank(0))), old_rank(0),
+                     {at.tp, 0, at.pp}, first_step, store, sync, *model);
     }
   }
   const double restore_s = workers.allreduce_max(restore_clock.seconds());

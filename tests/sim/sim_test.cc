@@ -149,7 +149,7 @@ TEST(ParameterServer, StreamedChunksTakeCPlusOneRoundsAtTheBusiestNic) {
       for (int64_t chunks : {1, 3, 8}) {
         const int64_t chunk = 4096, count = servers * chunks * chunk;
         const Network net(uniform(d), servers);
-        const Program ps = ps_program(d, servers, count, chunk);
+        const Program ps = ps_program(d, ps::plan_shards(count, servers), chunk);
         EXPECT_EQ(ps.rounds(), chunks + 1);
         const double t = run_groups(net, {{&ps, iota(d + servers), 0.0, 4.0}})[0];
         const double expected =
@@ -162,7 +162,7 @@ TEST(ParameterServer, StreamedChunksTakeCPlusOneRoundsAtTheBusiestNic) {
 TEST(ParameterServer, EveryFloatIsPushedAndPulledOncePerWorker) {
   const int d = 3, servers = 2;
   const int64_t count = 10007, chunk = 1000;
-  const Program ps = ps_program(d, servers, count, chunk);
+  const Program ps = ps_program(d, ps::plan_shards(count, servers), chunk);
   ps.validate();
   std::vector<int64_t> pushed(static_cast<size_t>(count), 0), pulled(pushed);
   for (int r = d; r < d + servers; ++r)  // what the servers receive (push) and send (pull)

@@ -45,7 +45,7 @@ from psar_exp import ROOT, runner
 from psar_exp.io import md_table, read_csv, write_csv, write_text
 
 YAML = os.path.join(ROOT, "experiments", "sparse_ps.yaml")
-TARGET = 0.45
+TARGET = 0.75
 DIM = 4
 SMALL_TABLE = 1000  # the second table's rows (sparse_ps.yaml)
 ROWS = [100000, 1000000, 10000000]
@@ -204,7 +204,7 @@ def main():
     ap.add_argument("part", choices=["measure", "report"])
     ap.add_argument("--psar", default=None)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--rows", default=",".join(map(str, ROWS)))
     ap.add_argument("--skews", default=",".join(map(str, SKEWS)))

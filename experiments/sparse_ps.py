@@ -7,6 +7,7 @@ test accuracy (results/sparse_ps/).
                                           [--skews 0.6,1.2] [--workers 4]
                                           [--reference | --exploratory]
     python3 -m psar_exp sparse_ps report [--out DIR]
+    python3 -m psar_exp sparse_ps where [--out DIR]
 
 measure trains, for every table size (model.tables[0] rows of 4 floats)
 and Zipf skew, each backend below `--reps` times (the backends take turns
@@ -25,9 +26,10 @@ first two (steps.csv); floats: the model's parameters (axes.csv dp_floats).
 Time to target: worker 0's step_s summed up to the first evaluation
 (eval.csv, every 10 steps) whose test accuracy reaches TARGET.
 
-It also writes results/where_ps_wins/data/runs_sparse.csv in that table's
-columns (row = sparse_<rows>_s<skew>; lost_s = restarts = 0) and the
-machine state before and after (machine.md: load average, steal).
+It also writes the machine state before and after (machine.md: load
+average, steal). where (and measure --reference) writes
+results/where_ps_wins/data/runs_sparse.csv from runs.csv in that table's
+columns (row = sparse_<rows>_s<skew>; lost_s = restarts = 0).
 
 report writes tables.md from runs.csv (no runs): per (rows, skew, backend)
 the medians over the reps, and the crossover density — the touched rows
@@ -110,9 +112,13 @@ def measure(args):
                     rows.append(one_run(args, n, skew, backend, rep))
                     write_csv(path, rows, COLUMNS)
     write_text(os.path.join(args.out, "machine.md"), runner.machine_note(before) + "\n")
-    where = os.path.join(ROOT, "results", "where_ps_wins", "data", "runs_sparse.csv")
     if args.reference:
-        write_csv(where, where_rows(rows), WHERE_COLUMNS)
+        write_where(rows)
+
+
+def write_where(rows):
+    where = os.path.join(ROOT, "results", "where_ps_wins", "data", "runs_sparse.csv")
+    write_csv(where, where_rows(rows), WHERE_COLUMNS)
 
 
 def medians(rows):
@@ -201,7 +207,7 @@ def regenerate(folder, results=None):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["measure", "report"])
+    ap.add_argument("part", choices=["measure", "report", "where"])
     ap.add_argument("--psar", default=None)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=40)
@@ -217,6 +223,9 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     if args.part == "report":
         write_text(os.path.join(args.out, "tables.md"), tables(args.out))
+        return
+    if args.part == "where":
+        write_where(read_csv(os.path.join(args.out, "runs.csv")))
         return
     args.psar = runner.psar_binary(args.psar)
     state = runner.begin(args.out, args.exploratory, args.psar, reference=args.reference)

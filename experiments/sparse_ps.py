@@ -26,8 +26,8 @@ first two (steps.csv); floats: the model's parameters (axes.csv dp_floats).
 Time to target: worker 0's step_s summed up to the first evaluation
 (eval.csv, every 10 steps) whose test accuracy reaches TARGET.
 
-It also writes the machine state before and after (machine.md: load
-average, steal). where (and measure --reference) writes
+It also appends the machine state before and after each invocation to
+machine.md (load average, steal). where (and measure --reference) writes
 results/where_ps_wins/data/runs_sparse.csv from runs.csv in that table's
 columns (row = sparse_<rows>_s<skew>; lost_s = restarts = 0).
 
@@ -111,7 +111,12 @@ def measure(args):
                 for backend in names:
                     rows.append(one_run(args, n, skew, backend, rep))
                     write_csv(path, rows, COLUMNS)
-    write_text(os.path.join(args.out, "machine.md"), runner.machine_note(before) + "\n")
+    # One line per invocation (a folder may combine several: e.g. 10^7 rows at fewer reps).
+    note = os.path.join(args.out, "machine.md")
+    earlier = open(note).read() if os.path.exists(note) else ""
+    write_text(note, earlier + f"- rows {','.join(map(str, args.rows))}, skews "
+               f"{','.join(map(str, args.skews))}, {args.reps} reps, {args.steps} steps: "
+               + runner.machine_note(before) + "\n")
     if args.reference:
         write_where(rows)
 

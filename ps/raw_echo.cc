@@ -19,7 +19,10 @@ const std::string kBye = "bye";  // a two-frame message: [kBye][empty]
 
 EchoServer::EchoServer(const std::string& bind, int peers, double timeout_s,
                        const std::string& advertise)
-    : socket_(context_, zmq::socket_type::router), peers_(peers), timeout_s_(timeout_s) {
+    : context_(server_io_threads(peers)),
+      socket_(context_, zmq::socket_type::router),
+      peers_(peers),
+      timeout_s_(timeout_s) {
   tune_socket(socket_);
   endpoint_ = bind_endpoint(socket_, bind, advertise);
 }

@@ -30,7 +30,7 @@ class EchoServer {
   void run();
 
  private:
-  zmq::context_t context_{1};
+  zmq::context_t context_;  // server_io_threads(peers), as a Server's
   zmq::socket_t socket_;
   std::string endpoint_;
   int peers_;

@@ -29,6 +29,7 @@ std::string list(const std::vector<int>& workers) {
 Server::Server(const ServerOptions& options, std::span<const float> initial)
     : options_(options),
       layout_{options.shard, options.range, options.chunk_floats},
+      context_(server_io_threads(options.workers)),
       socket_(context_, zmq::socket_type::router),
       in_flight_(options.nic.get()) {
   PSAR_CHECK(static_cast<int64_t>(initial.size()) == options.range.size(),

@@ -195,7 +195,7 @@ class Server {
   ServerOptions options_;
   ShardLayout layout_;
   std::vector<std::unique_ptr<ShardState>> chunks_;
-  zmq::context_t context_{1};
+  zmq::context_t context_;  // server_io_threads(workers)
   zmq::socket_t socket_;
   CurveKeys keys_;                     // curve: this shard's pair (the secret stays in memory)
   std::unique_ptr<CurveGuard> guard_;  // curve: destroyed before socket_

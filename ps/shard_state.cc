@@ -77,19 +77,30 @@ void SharedParams::release(void*, void* hint) {
 
 // ---- averaging ----------------------------------------------------------------------
 
-void average_gradients(std::span<float> out, std::span<const float* const> grads) {
-  PSAR_CHECK(!grads.empty(), "average_gradients: no gradients");
-  const int64_t n = static_cast<int64_t>(out.size());
-  const float inv = 1.0f / static_cast<float>(grads.size());
+namespace {
+
+// out[i] = (first[i] + more_0[i] + ...) · (1/n) block by block (each input
+// read once); `first` may be out itself (the partial sum is there already).
+void sum_and_scale(std::span<float> out, const float* first, std::span<const float* const> more,
+                   int n) {
+  const int64_t len_all = static_cast<int64_t>(out.size());
+  const float inv = 1.0f / static_cast<float>(n);
   // Blocks small enough that `out` stays in L1 while every input streams past once.
   constexpr int64_t kBlock = 2048;
-  for (int64_t first = 0; first < n; first += kBlock) {
-    const int64_t len = std::min(kBlock, n - first);
-    float* dst = out.data() + first;
-    if (grads[0] != out.data()) std::memcpy(dst, grads[0] + first, len * sizeof(float));
-    for (size_t k = 1; k < grads.size(); ++k) ops::add_inplace(dst, grads[k] + first, len);
-    if (grads.size() > 1) ops::scale(dst, inv, len);
+  for (int64_t begin = 0; begin < len_all; begin += kBlock) {
+    const int64_t len = std::min(kBlock, len_all - begin);
+    float* dst = out.data() + begin;
+    if (first != out.data()) std::memcpy(dst, first + begin, len * sizeof(float));
+    for (const float* g : more) ops::add_inplace(dst, g + begin, len);
+    if (n > 1) ops::scale(dst, inv, len);
   }
+}
+
+}  // namespace
+
+void average_gradients(std::span<float> out, std::span<const float* const> grads) {
+  PSAR_CHECK(!grads.empty(), "average_gradients: no gradients");
+  sum_and_scale(out, grads[0], grads.subspan(1), static_cast<int>(grads.size()));
 }
 
 void average_rows(const RowSpace& space, KeyRange range,
@@ -268,7 +279,36 @@ bool ShardState::take(int worker, int64_t clock, Pushed grad) {
   ++pushed_[worker];
   const int64_t before = applied_;
   apply_complete_clocks();
+  // Still open: sum what can be summed now, so that the push completing the
+  // clock leaves as little as possible to do before the replies.
+  if (clock >= applied_) fold(slot);
   return applied_ != before;
+}
+
+void ShardState::fold(Slot& slot) {
+  // Under continue a pending push can still be discarded (fail()), so every
+  // gradient stays apart until its clock is applied; sparse pushes are
+  // summed row by row when their clock is applied (average_rows).
+  if (options_.continue_on_failure || sparse_) return;
+  const auto workers = static_cast<size_t>(options_.workers);
+  while (static_cast<size_t>(slot.folded) < workers && slot.arrived[static_cast<size_t>(slot.folded)]) {
+    auto& next = slot.grads[static_cast<size_t>(slot.folded)];
+    if (slot.folded > 0) {  // into worker 0's buffer; this one's receive buffer goes back
+      ops::add_inplace(slot.grads[0].data.data(), next.data.data(),
+                       static_cast<int64_t>(next.data.size()));
+      next = {};
+    }
+    ++slot.folded;
+  }
+}
+
+int ShardState::held(int64_t clock) const {
+  if (options_.consistency == Consistency::kAsp || clock < applied_ || clock > applied_ + lag())
+    return 0;
+  const Slot& slot = slots_[static_cast<size_t>(clock) % slots_.size()];
+  int n = 0;
+  for (const auto& g : slot.grads) n += g.owner != nullptr;
+  return n;
 }
 
 int ShardState::needed() const {
@@ -302,20 +342,26 @@ void ShardState::apply_complete_clocks() {
       last_averaged_ = static_cast<int>(rows_k.size());
       update(rows, avg);
     } else {
-      std::vector<const float*> inputs;
-      std::span<float> avg;
-      for (size_t w = 0; w < slot.grads.size(); ++w) {
+      // Workers 0..folded-1 are summed into worker 0's buffer already (fold);
+      // the others that arrived follow in worker order.
+      std::span<float> avg = slot.folded > 0 ? slot.grads[0].data : std::span<float>();
+      std::vector<const float*> more;
+      int n = slot.folded;
+      for (size_t w = static_cast<size_t>(slot.folded); w < slot.grads.size(); ++w) {
         if (!slot.arrived[w]) continue;
-        if (inputs.empty()) avg = slot.grads[w].data;
-        inputs.push_back(slot.grads[w].data.data());
+        if (n++ == 0)
+          avg = slot.grads[w].data;
+        else
+          more.push_back(slot.grads[w].data.data());
       }
-      average_gradients(avg, inputs);
-      last_averaged_ = static_cast<int>(inputs.size());
+      sum_and_scale(avg, avg.data(), more, n);
+      last_averaged_ = n;
       update({}, avg);
     }
     for (auto& g : slot.grads) g = {};
     std::fill(slot.arrived.begin(), slot.arrived.end(), 0);
     slot.count = 0;
+    slot.folded = 0;
   }
 }
 

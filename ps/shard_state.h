@@ -31,14 +31,23 @@
 //    that can still push it has (up to workers − b of them), on the average
 //    over those: the average is rescaled to the survivors.
 //    workers_changed_at() is the first clock with fewer workers.
+// Aggregation runs while the pushes arrive: once workers 0..k have pushed
+// clock c, their gradients are summed (in worker order) into worker 0's
+// receive buffer and the others' buffers are let go, so the push completing
+// c leaves only the workers that came out of order, the 1/N and the
+// optimizer step to do — the same additions in the same order as summing
+// all at the end, so the result is bit for bit the same.
 // Memory: bsp/ssp hold up to N·(s+1) pushed gradients (the receive buffers
-// themselves, no copies); the average is written into the first arrived
-// worker's buffer (in worker order).
+// themselves, no copies) while they arrive out of worker order; the average
+// is written into the first arrived worker's buffer (in worker order).
+// Under continue every push stays apart until its clock is applied (fail()
+// may discard it).
 //
 // Sparse shards (options.rows.sparse(range), docs/sparse.md): every push
 // names the rows it touched and carries only their floats (plus the range's
 // dense tail). A clock's average covers the union of the rows its pushes
-// touched — each row summed in worker order over the pushes that name it,
+// touched — each row summed in worker order (at the end: sparse pushes are
+// not folded as they arrive) over the pushes that name it,
 // times 1/N, bit for bit what the dense average gives there — and the
 // optimizer steps those rows and the tail only (lazy, as LazyAdam and
 // SparseAdam: an untouched row keeps its parameters and its momentum/Adam
@@ -141,6 +150,8 @@ class ShardState {
   bool has_failed(int worker) const { return failed_[worker]; }
   // The first clock applied without every worker (-1: none yet).
   int64_t workers_changed_at() const { return workers_changed_at_; }
+  // Receive buffers an open clock still holds (bsp/ssp; 0 for any other).
+  int held(int64_t clock) const;
   // How many gradients the newest applied clock averaged (0 before any; asp: 0).
   int last_averaged() const { return last_averaged_; }
 
@@ -187,6 +198,7 @@ class ShardState {
     std::vector<Pushed> grads;  // by worker
     std::vector<char> arrived;    // by worker
     int count = 0;
+    int folded = 0;  // workers 0..folded-1 arrived and are summed into grads[0]
   };
   int64_t lag() const;  // how many clocks a pull may run ahead: s, or 0 for bsp
   void check_worker(int worker) const;
@@ -197,6 +209,8 @@ class ShardState {
   void update(std::span<const int64_t> rows, std::span<const float> grad);
   // Row `row`'s floats inside the range, as offsets from its begin.
   KeyRange extent(int64_t row) const;
+  // Sums the arrived workers that follow the folded ones in worker order.
+  void fold(Slot& slot);
 
   ShardStateOptions options_;
   RowSpace rows_;

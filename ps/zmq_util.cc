@@ -13,6 +13,10 @@ namespace psar::ps {
 
 void tune_socket(zmq::socket_t& socket) { socket.set(zmq::sockopt::linger, 0); }
 
+int server_io_threads(int peers) {
+  return peers >= 2 && std::thread::hardware_concurrency() >= 2 ? 2 : 1;
+}
+
 std::string bind_endpoint(zmq::socket_t& socket, const std::string& where,
                           const std::string& advertise) {
   const std::string address =

@@ -19,6 +19,14 @@ namespace psar::ps {
 // replies to a peer that never reads them instead of growing without bound.
 void tune_socket(zmq::socket_t& socket);
 
+// ZeroMQ I/O threads for the context of a server that `peers` clients talk
+// to: two when there are several peers and at least two cores, else one. A
+// bsp clock takes in every worker's push and then answers all of them at
+// once; with one I/O thread every byte of both bursts is copied to and from
+// the kernel by that one thread, while with two the peers' connections are
+// split between them and two cores copy (results/ps_lite).
+int server_io_threads(int peers);
+
 // Binds `socket` and returns the endpoint peers connect to. `where` is an
 // address or interface name ("127.0.0.1", "eth0", "*" for every interface:
 // tcp on a free port) or a full ZeroMQ address ("inproc://name",

@@ -1,6 +1,10 @@
 #include "sim/cluster.h"
 
+#include <cmath>
+#include <string>
+
 #include "core/errors.h"
+#include "core/units.h"
 
 namespace psar::sim {
 
@@ -14,7 +18,42 @@ T positive(const Config& c, const std::string& key, T value) {
   return value;
 }
 
+std::vector<std::pair<double, double>> efficiency_from_config(const Config& c,
+                                                              const std::string& key) {
+  std::vector<std::pair<double, double>> points;
+  if (!c.has(key)) return points;
+  for (const std::string& entry : c.get_string_list(key)) {
+    const auto colon = entry.find(':');
+    if (colon == std::string::npos)
+      throw ConfigError(concat(key, ": entry '", entry, "' is not SIZE:SHARE (e.g. 16M:0.54)"));
+    double bytes = 0, share = 0;
+    try {
+      bytes = static_cast<double>(parse_bytes(entry.substr(0, colon)));
+      share = std::stod(entry.substr(colon + 1));
+    } catch (const std::exception& e) {
+      throw ConfigError(concat(key, ": entry '", entry, "': ", e.what()));
+    }
+    if (!(bytes > 0) || !(share > 0) || share > 1)
+      throw ConfigError(concat(key, ": entry '", entry, "' needs a positive size and a share in (0, 1]"));
+    if (!points.empty() && bytes <= points.back().first)
+      throw ConfigError(concat(key, ": sizes must ascend ('", entry, "')"));
+    points.emplace_back(bytes, share);
+  }
+  return points;
+}
+
 }  // namespace
+
+double link_efficiency(const LinkSpec& link, double bytes) {
+  const auto& e = link.efficiency;
+  if (e.empty()) return 1.0;
+  if (bytes <= e.front().first) return e.front().second;
+  if (bytes >= e.back().first) return e.back().second;
+  size_t k = 1;
+  while (e[k].first < bytes) ++k;
+  const double x = std::log(bytes / e[k - 1].first) / std::log(e[k].first / e[k - 1].first);
+  return e[k - 1].second + x * (e[k].second - e[k - 1].second);
+}
 
 ClusterSpec cluster_from_config(const Config& c) {
   ClusterSpec s;
@@ -48,9 +87,11 @@ ClusterSpec cluster_from_config(const Config& c) {
   s.intra.bandwidth =
       positive(c, "cluster.intra.bandwidth", c.get_bandwidth("cluster.intra.bandwidth"));
   s.intra.latency = c.get_duration("cluster.intra.latency");
+  s.intra.efficiency = efficiency_from_config(c, "cluster.intra.efficiency");
   s.inter.bandwidth =
       positive(c, "cluster.inter.bandwidth", c.get_bandwidth("cluster.inter.bandwidth"));
   s.inter.latency = c.get_duration("cluster.inter.latency");
+  s.inter.efficiency = efficiency_from_config(c, "cluster.inter.efficiency");
   s.nics_per_node = positive(c, "cluster.inter.nics_per_node",
                              static_cast<int>(c.get_int("cluster.inter.nics_per_node")));
   if (s.nics_per_node > s.gpus_per_node)
@@ -66,6 +107,11 @@ Network::Network(ClusterSpec spec, int hosts) : spec_(spec), hosts_(hosts) {
   bandwidth_.assign(static_cast<size_t>(2 * spec_.gpus()), spec_.intra.bandwidth);
   const int nics = spec_.nodes * spec_.nics_per_node + hosts_;
   bandwidth_.resize(bandwidth_.size() + static_cast<size_t>(2 * nics), spec_.inter.bandwidth);
+}
+
+double Network::bandwidth(int link, double bytes) const {
+  const bool intra = link < 2 * spec_.gpus();
+  return bandwidth(link) * link_efficiency(intra ? spec_.intra : spec_.inter, bytes);
 }
 
 int Network::node_of(int e) const {

@@ -20,10 +20,20 @@
 
 namespace psar::sim {
 
+// A link type's bandwidth, latency and bus efficiency: the share of
+// `bandwidth` a collective of S bytes (the whole vector, as nccl-tests
+// counts a collective's size) reaches once its per-message latency is taken
+// out, as (S, share) points ascending in S, interpolated linearly in log S
+// and held flat beyond the first and last point (link_efficiency). Empty:
+// the ideal link, share 1 at every size.
 struct LinkSpec {
   double bandwidth = 0;  // bytes/s, each way
   double latency = 0;    // s per message
+  std::vector<std::pair<double, double>> efficiency;
 };
+
+// The share of `link.bandwidth` a collective of `bytes` reaches (above).
+double link_efficiency(const LinkSpec& link, double bytes);
 
 struct GpuSpec {
   double peak_flops = 0;       // dense bf16 FLOP/s
@@ -52,8 +62,9 @@ struct ClusterSpec {
 };
 
 // From the config's cluster.* keys; ConfigError naming the key for a
-// non-positive size, bandwidth or peak, an efficiency outside (0, 1], or
-// more NICs than GPUs per node.
+// non-positive size, bandwidth or peak, an efficiency outside (0, 1], a
+// cluster.{intra,inter}.efficiency entry that is not "SIZE:SHARE" with sizes
+// ascending and shares in (0, 1], or more NICs than GPUs per node.
 ClusterSpec cluster_from_config(const Config& config);
 
 // Endpoints: GPUs 0..gpus()-1 (node = gpu / gpus_per_node), then `hosts`
@@ -65,6 +76,10 @@ class Network {
   int endpoints() const { return spec_.gpus() + hosts_; }
   int links() const { return static_cast<int>(bandwidth_.size()); }
   double bandwidth(int link) const { return bandwidth_[static_cast<size_t>(link)]; }
+  // The link's bandwidth for a collective of `bytes`: bandwidth(link) times
+  // its type's link_efficiency (intra for the GPUs' switch links, inter for
+  // the NICs).
+  double bandwidth(int link, double bytes) const;
 
   struct Path {
     int egress = -1, ingress = -1;  // link ids; -1: none (a message to oneself)

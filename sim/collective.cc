@@ -49,12 +49,13 @@ std::vector<double> run_groups(const Network& net, const std::vector<GroupRun>& 
       const GroupRun& run = groups[g];
       next[g] = ready[g];
       if (k >= messages[g].size()) continue;
+      const double size = static_cast<double>(run.program->count) * run.element_bytes;
       for (const Transfer& m : messages[g][k]) {
         const auto p = net.path(run.endpoint[static_cast<size_t>(m.src)],
                                 run.endpoint[static_cast<size_t>(m.dst)]);
         double rate = std::numeric_limits<double>::infinity();
         for (int link : {p.egress, p.ingress})
-          if (link >= 0) rate = std::min(rate, net.bandwidth(link) / flows[static_cast<size_t>(link)]);
+          if (link >= 0) rate = std::min(rate, net.bandwidth(link, size) / flows[static_cast<size_t>(link)]);
         const double bytes = static_cast<double>(m.count) * run.element_bytes;
         const double end = ready[g][static_cast<size_t>(m.src)] + p.latency +
                            (std::isinf(rate) ? 0.0 : bytes / rate);

@@ -10,6 +10,8 @@
 //     has its own clock, so a late group or rank delays only its peers);
 //   - a message starts when its sender is ready and takes
 //       latency(path) + bytes / min over its links (bandwidth / flows on it),
+//     each link's bandwidth taken at its type's bus efficiency for the
+//     program's whole vector (sim/cluster.h, link_efficiency),
 //     the flows on a link being every message of round k, over all groups,
 //     that crosses it (equal sharing: two equal flows on one NIC each take
 //     twice as long);

@@ -14,22 +14,6 @@ int64_t qkv_width(const GptShape& g) {
   return g.hidden + 2 * kv_heads(g) * (g.hidden / std::max<int64_t>(1, g.heads));
 }
 
-Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::kNone;
-  if (name == "selective") return Recompute::kSelective;
-  if (name == "full") return Recompute::kFull;
-  throw ConfigError("train.recompute = '" + name + "': expected none, selective or full");
-}
-
-const char* recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
-  }
-  return "?";
-}
-
 namespace {
 
 // One GEMM family: `batch` products of [rows, inner] · [inner, cols].
@@ -38,24 +22,43 @@ struct Gemm {
   int64_t rows, cols, inner;
 };
 
-double seconds(const GpuSpec& gpu, double batch, int64_t rows, int64_t cols, int64_t inner) {
-  const double flops = 2.0 * batch * static_cast<double>(rows) * static_cast<double>(cols) *
-                       static_cast<double>(inner);
-  return flops / (gpu.peak_flops * gpu.gemm_efficiency *
-                  gemm_wave_efficiency(gpu, batch, rows, cols));
+// On-chip GEMMs (FlashAttention's scores and context): no memory bound.
+double on_chip_seconds(const GpuSpec& gpu, double batch, int64_t rows, int64_t cols,
+                       int64_t inner) {
+  GpuSpec compute_only = gpu;
+  compute_only.memory_bandwidth = 0;
+  return gemm_seconds(compute_only, batch, rows, cols, inner);
 }
 
-GemmSeconds sum(const GpuSpec& gpu, std::initializer_list<Gemm> gemms) {
+GemmSeconds sum(const GpuSpec& gpu, std::initializer_list<Gemm> gemms, bool flash) {
   GemmSeconds out;
+  size_t k = 0;
   for (const Gemm& m : gemms) {
-    out.forward += seconds(gpu, m.batch, m.rows, m.cols, m.inner);
-    out.input_grad += seconds(gpu, m.batch, m.rows, m.inner, m.cols);
-    out.weight_grad += seconds(gpu, m.batch, m.inner, m.cols, m.rows);
+    const bool core = flash && (k == 1 || k == 2);  // scores, context (block_gemm_seconds)
+    auto time = [&](int64_t rows, int64_t cols, int64_t inner) {
+      return core ? on_chip_seconds(gpu, m.batch, rows, cols, inner)
+                  : gemm_seconds(gpu, m.batch, rows, cols, inner);
+    };
+    out.forward += time(m.rows, m.cols, m.inner);
+    out.input_grad += time(m.rows, m.inner, m.cols);
+    out.weight_grad += time(m.inner, m.cols, m.rows);
+    ++k;
   }
   return out;
 }
 
 }  // namespace
+
+double gemm_seconds(const GpuSpec& gpu, double batch, int64_t rows, int64_t cols, int64_t inner) {
+  const double r = static_cast<double>(rows), c = static_cast<double>(cols),
+               k = static_cast<double>(inner);
+  const double compute = 2.0 * batch * r * c * k /
+                         (gpu.peak_flops * gpu.gemm_efficiency *
+                          gemm_wave_efficiency(gpu, batch, rows, cols));
+  if (gpu.memory_bandwidth <= 0) return compute;
+  const double bytes = kGemmOperandBytes * batch * (r * k + k * c + r * c);
+  return std::max(compute, bytes / gpu.memory_bandwidth);
+}
 
 double gemm_wave_efficiency(const GpuSpec& gpu, double batch, int64_t rows, int64_t cols) {
   if (gpu.sms <= 0 || rows <= 0 || cols <= 0) return 1.0;
@@ -70,7 +73,8 @@ double gemm_wave_efficiency(const GpuSpec& gpu, double batch, int64_t rows, int6
   return best;
 }
 
-GemmSeconds block_gemm_seconds(const GptShape& g, int64_t b, int t, const GpuSpec& gpu) {
+GemmSeconds block_gemm_seconds(const GptShape& g, int64_t b, int t, const GpuSpec& gpu,
+                               bool flash) {
   const int64_t tokens = b * g.seq, h = g.hidden, s = g.seq, f = ffn_width(g);
   const double heads = static_cast<double>(b) * static_cast<double>(g.heads) / t;
   return sum(gpu, {{1, tokens, qkv_width(g) / t, h},
@@ -78,13 +82,16 @@ GemmSeconds block_gemm_seconds(const GptShape& g, int64_t b, int t, const GpuSpe
                    {heads, s, h / g.heads, s},
                    {1, tokens, h, h / t},
                    {1, tokens, (g.swiglu ? 2 : 1) * f / t, h},
-                   {1, tokens, h, f / t}});
+                   {1, tokens, h, f / t}},
+             flash);
 }
 
-double attention_core_seconds(const GptShape& g, int64_t b, int t, const GpuSpec& gpu) {
+double attention_core_seconds(const GptShape& g, int64_t b, int t, const GpuSpec& gpu,
+                              bool flash) {
   const int64_t s = g.seq, d = g.hidden / g.heads;
   const double heads = static_cast<double>(b) * static_cast<double>(g.heads) / t;
-  return seconds(gpu, heads, s, s, d) + seconds(gpu, heads, s, d, s);
+  if (flash) return on_chip_seconds(gpu, heads, s, s, d) + on_chip_seconds(gpu, heads, s, d, s);
+  return gemm_seconds(gpu, heads, s, s, d) + gemm_seconds(gpu, heads, s, d, s);
 }
 
 GemmSeconds head_gemm_seconds(const GptShape& g, int64_t b, int t, const GpuSpec& gpu) {

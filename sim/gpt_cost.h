@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/recompute.h"
 #include "sim/cluster.h"
 
 namespace psar::sim {
@@ -36,14 +37,10 @@ int64_t ffn_width(const GptShape& g);
 // Columns of the QKV GEMM: h + 2·kv_heads·h/a.
 int64_t qkv_width(const GptShape& g);
 
-// Activation recomputation (train.recompute): none keeps every activation;
-// selective recomputes the attention core (scores, softmax, dropout, their
-// product with V) before the backward; full recomputes each block from its
-// input (Korthikanti et al. 2022).
-enum class Recompute { kNone, kSelective, kFull };
-// From "none", "selective" or "full"; ConfigError naming train.recompute.
-Recompute parse_recompute(const std::string& name);
-const char* recompute_name(Recompute r);
+// Activation recomputation (train.recompute, core/recompute.h): selective
+// recomputes the attention core (scores, softmax, dropout, their product with
+// V) before the backward; full recomputes each block from its input
+// (Korthikanti et al. 2022).
 
 double block_forward_flops(const GptShape& g, int64_t microbatch);
 // The attention core's share of it: 4·b·s²·h (scores and context GEMMs),
@@ -66,9 +63,26 @@ double step_flops(const GptShape& g, int64_t batch, Recompute recompute);
 // GPU's and the library's.
 double gemm_wave_efficiency(const GpuSpec& gpu, double batch, int64_t rows, int64_t cols);
 
+// One GEMM family, `batch` products of [rows, inner] · [inner, cols] of
+// 16-bit operands, on one GPU: the slower of its math and its memory (the
+// roofline of NVIDIA's Matrix Multiplication Background User's Guide,
+// "Math and memory bounds"):
+//   max(2·batch·rows·cols·inner / (peak_flops · gemm_efficiency · wave),
+//       kGemmOperandBytes·batch·(rows·inner + inner·cols + rows·cols) /
+//       memory_bandwidth)
+// — each operand read once and the output written once. With the head
+// dimension (64–160) as the inner or output width, the attention's score
+// and context GEMMs sit below the ridge point (A100: 312e12 / 2039e9 ≈ 153
+// FLOP per byte) and run at memory speed; the projections and MLP GEMMs
+// sit far above it. memory_bandwidth 0: no memory bound. The roofline has
+// no constant of its own: peak and bandwidth are the data sheet's.
+inline constexpr double kGemmOperandBytes = 2;
+double gemm_seconds(const GpuSpec& gpu, double batch, int64_t rows, int64_t cols, int64_t inner);
+
 // Seconds of a layer's GEMMs on one GPU of a t-wide tensor-parallel group,
-// at peak_flops · gemm_efficiency · each GEMM's wave efficiency (no kernel
-// overheads): the forward, the input-gradient GEMMs (dX = dY·Wᵀ, output
+// each by gemm_seconds (no kernel overheads; with `flash` the scores and
+// context GEMMs run on chip, FlashAttention's fused kernel, without the
+// memory bound): the forward, the input-gradient GEMMs (dX = dY·Wᵀ, output
 // rows × K) and the weight-gradient ones (dW = Xᵀ·dY, output K × cols). A
 // block's GEMMs for micro-batch b, M = b·s tokens: QKV M × 3h/t (K = h),
 // scores b·a/t of s × s (K = h/a), context b·a/t of s × h/a (K = s),
@@ -78,9 +92,11 @@ double gemm_wave_efficiency(const GpuSpec& gpu, double batch, int64_t rows, int6
 struct GemmSeconds {
   double forward = 0, input_grad = 0, weight_grad = 0;
 };
-GemmSeconds block_gemm_seconds(const GptShape& g, int64_t microbatch, int t, const GpuSpec& gpu);
+GemmSeconds block_gemm_seconds(const GptShape& g, int64_t microbatch, int t, const GpuSpec& gpu,
+                               bool flash = false);
 // The forward of the attention core's two GEMMs alone (scores, context).
-double attention_core_seconds(const GptShape& g, int64_t microbatch, int t, const GpuSpec& gpu);
+double attention_core_seconds(const GptShape& g, int64_t microbatch, int t, const GpuSpec& gpu,
+                              bool flash = false);
 GemmSeconds head_gemm_seconds(const GptShape& g, int64_t microbatch, int t, const GpuSpec& gpu);
 
 // Bytes the memory-bound kernels of one block's forward move on one GPU of

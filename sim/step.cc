@@ -28,7 +28,8 @@ Program allreduce_program(const std::string& name, int ranks, int64_t count,
   const AllreducerEntry& e = find_allreducer(name);
   if (e.program) return e.program_for(ranks, count, options, node);
   if (!e.timed_as)
-    throw ConfigError("allreduce '" + name + "' has no program to simulate and names none to "
+    throw ConfigError("allreduce '" + name +
+                      "' has no program to simulate and names none to "
                       "be timed as (its registry entry's timed_as)");
   return find_allreducer(e.timed_as).program_for(ranks, count, options);
 }
@@ -105,8 +106,13 @@ class StepSimulation {
   }
   ProgramShape ring_shape(int ranks, int64_t count, ElementType dtype,
                           std::vector<int> node) const {
-    return {.ranks = ranks, .count = count, .segment_bytes = s_.allreduce.segment_bytes,
-            .dtype = dtype, .root = 0, .node = std::move(node)};
+    return {.ranks = ranks,
+            .count = count,
+            .segment_bytes = s_.allreduce.segment_bytes,
+            .dtype = dtype,
+            .root = 0,
+            .node = std::move(node),
+            .split = {}};
   }
   double time_alone(const Program& program, const std::vector<int>& gpus, double bytes) const {
     return run_groups(net_, {{&program, gpus, 0.0, bytes}})[0];
@@ -124,10 +130,10 @@ class StepSimulation {
       return time_alone(ring_reduce_scatter_program(shape), ranks, bytes) +
              time_alone(ring_all_gather_program(shape), ranks, bytes);
     }
-    return time_alone(allreduce_program(s_.tp_allreduce, t_, stream_,
-                                        activation_allreduce_options(s_.allreduce),
-                                        nodes_of(ranks)),
-                      ranks, bytes);
+    return time_alone(
+        allreduce_program(s_.tp_allreduce, t_, stream_, activation_allreduce_options(s_.allreduce),
+                          nodes_of(ranks)),
+        ranks, bytes);
   }
 
   // Compute of one block's and the head's passes from their GEMMs
@@ -137,7 +143,8 @@ class StepSimulation {
   void price_actions() {
     const GpuSpec& device = cluster_.gpu;
     const double ovh = device.kernel_overhead, bw = device.memory_bandwidth;
-    const GemmSeconds block = block_gemm_seconds(s_.model, s_.microbatch, t_, device);
+    const GemmSeconds block =
+        block_gemm_seconds(s_.model, s_.microbatch, t_, device, s_.flash_attention);
     const GemmSeconds head = head_gemm_seconds(s_.model, s_.microbatch, t_, device);
     const double memory_s = bw > 0 ? block_memory_bytes(s_.model, s_.microbatch, t_, s_.dtype_bytes,
                                                         s_.flash_attention, s_.sequence_parallel) /
@@ -147,7 +154,8 @@ class StepSimulation {
     // forward (full), or the attention core's two GEMMs, its softmax and
     // dropout (selective: four kernels, no TP communication).
     const double core_s =
-        attention_core_seconds(s_.model, s_.microbatch, t_, device) + kAttentionCoreKernels * ovh +
+        attention_core_seconds(s_.model, s_.microbatch, t_, device, s_.flash_attention) +
+        kAttentionCoreKernels * ovh +
         (bw > 0 ? attention_core_memory_bytes(s_.model, s_.microbatch, t_, s_.dtype_bytes,
                                               s_.flash_attention) /
                       bw
@@ -210,8 +218,10 @@ class StepSimulation {
     }
     // Streamed: the first block's gather, then the slower of compute and stream.
     const double busy = c.compute + c.tp;
-    if (comm > 0 && layers > 0) c.compute = comm + std::max(busy, (layers - 1) * comm) - c.tp;
-    else c.compute = busy - c.tp;
+    if (comm > 0 && layers > 0)
+      c.compute = comm + std::max(busy, (layers - 1) * comm) - c.tp;
+    else
+      c.compute = busy - c.tp;
     return c;
   }
 
@@ -225,8 +235,9 @@ class StepSimulation {
     if (sg && !s_.sequence_parallel) {
       std::vector<int> ranks;
       for (int j = 0; j < t_; ++j) ranks.push_back(gpu(j, 0, 0));
-      gather_s_ = time_alone(ring_all_gather_program(ring_shape(t_, stream_, ElementType::kFp32, {})),
-                             ranks, s_.dtype_bytes);
+      gather_s_ =
+          time_alone(ring_all_gather_program(ring_shape(t_, stream_, ElementType::kFp32, {})),
+                     ranks, s_.dtype_bytes);
     }
     hop_ = Program("p2p", 2 * t_, wire);
     for (int j = 0; j < t_; ++j) hop_.transfer(0, j, t_ + j, 0, wire, false);
@@ -334,7 +345,8 @@ class StepSimulation {
     const double wire = s_.sync == "ps" ? s_.grad_bytes : element_size(s_.allreduce.dtype);
     GroupRun r{sync_program(count, gpus), gpus, start, wire};
     for (int k = 0; k < (s_.sync == "ps" ? s_.ps_servers : 0); ++k)
-      r.endpoint.push_back(dedicated_ps_ ? cluster_.gpus() + k : r.endpoint[static_cast<size_t>(k % d_)]);
+      r.endpoint.push_back(dedicated_ps_ ? cluster_.gpus() + k
+                                         : r.endpoint[static_cast<size_t>(k % d_)]);
     return r;
   }
 
@@ -415,9 +427,10 @@ class StepSimulation {
       const int u = schedule_.virtual_stage(st, span->action.chunk);
       const int layers = s_.vstage_layers[static_cast<size_t>(u)];
       const bool fused = span->action.op == pp::Op::kBackward;
-      const double w_head = u == schedule_.virtual_stages() - 1
-                                ? (fused ? head_bi_ + head_bw_ : head_bw_) : 0.0;
-      const double w_layer = fused ? block_bi_ + block_bw_ + again_s_ + tp2_ + again_tp_ : block_bw_;
+      const double w_head =
+          u == schedule_.virtual_stages() - 1 ? (fused ? head_bi_ + head_bw_ : head_bw_) : 0.0;
+      const double w_layer =
+          fused ? block_bi_ + block_bw_ + again_s_ + tp2_ + again_tp_ : block_bw_;
       const double total = w_head + layers * w_layer;
       const double scale = total > 0 ? (span->end - span->start) / total : 0.0;
       for (int l = 0; l < layers; ++l)
@@ -451,13 +464,21 @@ class StepSimulation {
   // ZeRO 1 and 2: once a stage's gradients are reduce-scattered and its
   // shard stepped (`from`), its 16-bit weights are all-gathered, every group
   // at once. Per stage, when they are.
+  // With overlap_param_gather only the first bucket's gather (the weights
+  // of one gradient bucket, bucket_bytes / grad_bytes) stays in the step;
+  // the rest hides behind the next step's forward.
   std::vector<double> gather_weights(const std::vector<double>& from) {
     std::vector<GroupRun> runs;
     for (int st = 0; st < p_; ++st)
       for (int j = 0; j < t_; ++j) {
-        const int64_t count = out_.stages[at(st)].params;
+        const int64_t params = out_.stages[at(st)].params;
+        const int64_t count =
+            s_.overlap_param_gather
+                ? std::min(params, std::max<int64_t>(1, s_.bucket_bytes / s_.grad_bytes))
+                : params;
         auto [it, fresh] = weight_gathers_.try_emplace(count);
-        if (fresh) it->second = ring_all_gather_program(ring_shape(d_, count, ElementType::kFp32, {}));
+        if (fresh)
+          it->second = ring_all_gather_program(ring_shape(d_, count, ElementType::kFp32, {}));
         std::vector<int> gpus;
         for (int i = 0; i < d_; ++i) gpus.push_back(gpu(j, i, st));
         runs.push_back({&it->second, gpus, from[at(st)], static_cast<double>(s_.dtype_bytes)});
@@ -486,7 +507,8 @@ class StepSimulation {
     const bool step_inside_sync = d_ > 1 && (s_.zero == 1 || s_.zero == 2);
     double done = std::max(out_.pipeline_s, synced_);
     for (const StageTimes& times : out_.stages)
-      done = std::max(done, times.end_s + times.sync_s + (step_inside_sync ? 0.0 : times.optimizer_s));
+      done =
+          std::max(done, times.end_s + times.sync_s + (step_inside_sync ? 0.0 : times.optimizer_s));
     out_.step_s = done;
     out_.sync_exposed_s = done - out_.pipeline_s;
     out_.gpus = cluster_.gpus();
@@ -510,7 +532,7 @@ class StepSimulation {
   double tp2_ = 0, again_s_ = 0, again_tp_ = 0, zero3_gather_ = 0, zero3_scatter_ = 0;
   double synced_ = 0;    // the last stage's sync is done
   double gather_s_ = 0;  // scatter/gather's all-gather after each transfer
-  Program hop_;  // one activation from a stage's TP group to the next's
+  Program hop_;          // one activation from a stage's TP group to the next's
   std::map<std::pair<int, int>, std::vector<double>> transfers_;  // (from, to) -> [replica] s
   std::vector<double> stage_end_;                                 // [stage] its last action ends
   std::vector<std::vector<pp::ActionSpan>> spans0_;               // replica 0's, per stage

@@ -88,6 +88,11 @@ struct StepSpec {
   // reduce-scatters its gradients after its backward, on the communication
   // stream beside the compute.
   int zero = 0;
+  // simulate.overlap_param_gather (ZeRO 1 and 2, Megatron's
+  // --overlap-param-gather): the updated weights are all-gathered bucket by
+  // bucket (as the gradients' buckets) behind the next step's forward, so a step exposes
+  // one bucket's gather, the first, not the whole stage's.
+  bool overlap_param_gather = false;
   bool flash_attention = false;  // the scores never reach GPU memory (block_memory_bytes)
   int dtype_bytes = 2;  // activations and TP all-reduces
   int grad_bytes = 4;   // one gradient element in memory and on the PS's wire

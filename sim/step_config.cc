@@ -27,20 +27,23 @@ void check_step(const StepSpec& s, const ClusterSpec& c) {
                              " does not divide the cluster's ", c.gpus(),
                              " GPUs (cluster.nodes · cluster.gpus_per_node)"));
   if (s.microbatch < 1 || s.batch != s.microbatch * s.microbatches * s.dp)
-    throw ConfigError(concat("train.batch_size = ", s.batch, " is not a multiple of d·m = ",
-                             s.dp, "·", s.microbatches, " (parallel.microbatches)"));
+    throw ConfigError(concat("train.batch_size = ", s.batch, " is not a multiple of d·m = ", s.dp,
+                             "·", s.microbatches, " (parallel.microbatches)"));
   if (s.sync == "ps" && (s.pp > 1 || s.tp > 1))
-    throw ConfigError("sync.backend = ps: the simulator's parameter server syncs data "
-                      "parallelism only (parallel.pp = parallel.tp = 1)");
+    throw ConfigError(
+        "sync.backend = ps: the simulator's parameter server syncs data "
+        "parallelism only (parallel.pp = parallel.tp = 1)");
   if (s.sync != "ps") find_allreducer(s.sync);
   if (s.sequence_parallel && s.tp < 2)
-    throw ConfigError("parallel.sequence_parallel needs parallel.tp > 1 (it splits the "
-                      "sequence over the tensor-parallel group)");
+    throw ConfigError(
+        "parallel.sequence_parallel needs parallel.tp > 1 (it splits the "
+        "sequence over the tensor-parallel group)");
   if (s.zero < 0 || s.zero > 3)
     throw ConfigError(concat("sync.zero = ", s.zero, ": expected 0, 1, 2 or 3"));
   if (s.zero > 0 && s.sync == "ps")
-    throw ConfigError("sync.zero > 0 with sync.backend = ps: ZeRO shards over an allreduce "
-                      "backend's reduce-scatter and all-gather");
+    throw ConfigError(
+        "sync.zero > 0 with sync.backend = ps: ZeRO shards over an allreduce "
+        "backend's reduce-scatter and all-gather");
   find_allreducer(s.tp_allreduce);
   if (static_cast<int>(s.vstage_layers.size()) != s.pp * s.chunks)
     throw ConfigError(concat("parallel.stage_layers: ", s.vstage_layers.size(),
@@ -56,8 +59,8 @@ GptShape gpt_shape_from_config(const Config& c) {
   if (g.kv_heads < 0 || g.ffn < 0)
     throw ConfigError("simulate.kv_heads and simulate.ffn must be at least 0 (0: the default)");
   if (g.kv_heads > 0 && g.heads % g.kv_heads != 0)
-    throw ConfigError(concat("simulate.kv_heads = ", g.kv_heads, " does not divide model.heads = ",
-                             g.heads));
+    throw ConfigError(
+        concat("simulate.kv_heads = ", g.kv_heads, " does not divide model.heads = ", g.heads));
   return g;
 }
 
@@ -80,8 +83,9 @@ StepSpec step_from_config(const Config& c, const ClusterSpec& cluster) {
   s.microbatches = static_cast<int>(c.get_int("parallel.microbatches"));
   if (s.microbatches < 1) throw ConfigError("parallel.microbatches must be at least 1");
   if (s.batch % (static_cast<int64_t>(s.dp) * s.microbatches) != 0)
-    throw ConfigError(concat("train.batch_size = ", s.batch, " is not a multiple of d·m = ",
-                             s.dp, "·", s.microbatches, " (d = GPUs / (p·t), m = "
+    throw ConfigError(concat("train.batch_size = ", s.batch, " is not a multiple of d·m = ", s.dp,
+                             "·", s.microbatches,
+                             " (d = GPUs / (p·t), m = "
                              "parallel.microbatches)"));
   s.microbatch = s.batch / (static_cast<int64_t>(s.dp) * s.microbatches);
   s.chunks = static_cast<int>(c.get_int("parallel.chunks"));
@@ -91,8 +95,8 @@ StepSpec step_from_config(const Config& c, const ClusterSpec& cluster) {
                           c.get_bool("parallel.account_head") ? 1 : 0};
   const auto counts = c.has("parallel.stage_layers") ? c.get_int_list("parallel.stage_layers")
                                                      : std::vector<int64_t>{};
-  s.vstage_layers = pp::partition_layers(static_cast<int>(s.model.layers), s.pp, s.chunks, counts,
-                                         ends);
+  s.vstage_layers =
+      pp::partition_layers(static_cast<int>(s.model.layers), s.pp, s.chunks, counts, ends);
   s.sync = c.get_string("sync.backend");
   s.ps_servers = static_cast<int>(c.get_int("ps.servers"));
   s.ps_colocated = c.get_bool("ps.colocated");
@@ -109,6 +113,10 @@ StepSpec step_from_config(const Config& c, const ClusterSpec& cluster) {
   s.sequence_parallel = c.get_bool("parallel.sequence_parallel");
   s.zero = static_cast<int>(c.get_int("sync.zero"));
   s.flash_attention = c.get_bool("simulate.flash_attention");
+  s.overlap_param_gather = c.get_bool("simulate.overlap_param_gather");
+  if (s.overlap_param_gather && s.zero != 1 && s.zero != 2)
+    throw ConfigError(concat("simulate.overlap_param_gather needs sync.zero = 1 or 2 (it overlaps "
+                             "their weight all-gather), got sync.zero = ", s.zero));
   s.dtype_bytes = static_cast<int>(c.get_int("simulate.dtype_bytes"));
   s.grad_bytes = static_cast<int>(c.get_int("simulate.grad_bytes"));
   s.symmetric = c.get_bool("simulate.symmetric");

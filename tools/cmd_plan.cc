@@ -164,7 +164,7 @@ int cmd_plan(CliContext& ctx) {
   const sim::ClusterSpec cluster = sim::cluster_from_config(config);
   options.model = sim::gpt_shape_from_config(config);
   options.batch = config.get_int("train.batch_size");
-  options.recompute = sim::parse_recompute(config.get_string("train.recompute"));
+  options.recompute = parse_recompute(config.get_string("train.recompute"));
   options.sequence_parallel = config.get_bool("parallel.sequence_parallel");
   options.flash_attention = config.get_bool("simulate.flash_attention");
   options.zero = static_cast<int>(config.get_int("sync.zero"));
@@ -213,8 +213,8 @@ int cmd_plan(CliContext& ctx) {
               static_cast<long>(g.layers), static_cast<long>(g.hidden), static_cast<long>(g.heads),
               static_cast<long>(g.seq), static_cast<long>(g.vocab),
               static_cast<double>(sim::model_params(g)) / 1e9, static_cast<long>(options.batch),
-              options.recompute != sim::Recompute::kNone
-                  ? (std::string(", ") + sim::recompute_name(options.recompute) +
+              options.recompute != Recompute::kNone
+                  ? (std::string(", ") + recompute_name(options.recompute) +
                      " recomputation").c_str()
                   : "");
   std::printf("cluster         %d GPUs (%d nodes of %d), %.4g GiB each\n", cluster.gpus(),

@@ -178,11 +178,14 @@ Schema build() {
   s.add({"cluster.intra.bandwidth", T::kBandwidth, "300GB/s", "simulate: per-GPU link to the node's switch, each way"});
   s.add({"cluster.intra.latency", T::kDuration, "5us", "simulate: per-message latency inside a node"});
   s.add({"cluster.inter.bandwidth", T::kBandwidth, "200Gbit", "simulate: per-NIC bandwidth between nodes, each way"});
+  s.add({"cluster.intra.efficiency", T::kStringList, "[]", "simulate: the switch links' bus efficiency, SIZE:SHARE points ascending in a collective's size (docs/simulate.md); empty: ideal"});
+  s.add({"cluster.inter.efficiency", T::kStringList, "[]", "simulate: the NICs' bus efficiency, SIZE:SHARE points ascending in a collective's size (docs/simulate.md); empty: ideal"});
   s.add({"cluster.inter.latency", T::kDuration, "5us", "simulate: per-message latency between nodes"});
   s.add({"cluster.inter.nics_per_node", T::kInt, "8", "simulate: NICs per node (GPU i uses NIC i·nics/gpus_per_node)"});
   s.add({"simulate.kv_heads", T::kInt, "0", "simulate/plan: key-value heads of grouped-query attention (0 = model.heads)"});
   s.add({"simulate.ffn", T::kInt, "0", "simulate/plan: the MLP's inner width (0 = 4 x model.d_model)"});
   s.add({"simulate.mlp", T::kString, "gelu", "simulate/plan: the MLP's activation (swiglu: gate and up projections, Llama's)", {"gelu", "swiglu"}});
+  s.add({"simulate.overlap_param_gather", T::kBool, "false", "simulate: ZeRO 1/2 all-gather the updated weights bucket by bucket behind the next forward (Megatron's --overlap-param-gather): a step exposes the first bucket's gather only"});
   s.add({"simulate.flash_attention", T::kBool, "false", "simulate: fused attention (FlashAttention): the scores' softmax and dropout move no GPU memory"});
   s.add({"simulate.dtype_bytes", T::kInt, "2", "simulate: bytes per activation element (bf16: 2)"});
   s.add({"simulate.grad_bytes", T::kInt, "4", "simulate: bytes per gradient element in memory and on a parameter server's wire (an allreduce's wire: sync.dtype)"});

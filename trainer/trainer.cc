@@ -27,6 +27,7 @@
 #include "core/checkpoint.h"
 #include "sync/gradient_sync.h"
 #include "trainer/hetero.h"
+#include "trainer/loop_options.h"
 #include "trainer/model_parts.h"
 #include "sync/overlap.h"
 #include "trainer/pipeline_meter.h"
@@ -61,24 +62,6 @@ std::vector<int64_t> touched_rows(const Model& model, const SparseRows& space) {
 }
 
 using psar::detail::concat;
-
-// parallel.*: the grid, the schedule and the micro-batches.
-struct Parallel {
-  int t = 1, p = 1, v = 1, m = 1;
-  std::string order, schedule;
-  bool scatter_gather = false;
-  bool hybrid = false;  // the hybrid CNN: the workers are one TP group that also splits the batch
-
-  explicit Parallel(const Config& c)
-      : t(static_cast<int>(c.get_int("parallel.tp"))),
-        p(static_cast<int>(c.get_int("parallel.pp"))),
-        v(static_cast<int>(c.get_int("parallel.chunks"))),
-        m(static_cast<int>(c.get_int("parallel.microbatches"))),
-        order(c.get_string("parallel.order")),
-        schedule(c.get_string("parallel.schedule")),
-        scatter_gather(c.get_bool("parallel.scatter_gather")),
-        hybrid(c.get_bool("parallel.hybrid")) {}
-};
 
 // The rows of one micro-batch: B/(d·m), or a ConfigError naming the keys.
 int64_t microbatch_rows(int64_t batch, int d, int m) {
@@ -320,26 +303,24 @@ void restore_resharded(const std::string& dir, int old_n, const std::function<in
 // CUDA device so far (docs/gpu.md): the MLP, the GPT and the CNN, one pipeline stage,
 // tensor parallelism with the column_row split, no checkpoints, an allreduce
 // backend. A ConfigError names the key.
-Device training_device(const Config& config, const Parallel& par, const std::string& sync_name,
-                       const SyncCapabilities& backend) {
-  const Device device = parse_device(config.get_string("train.device"), "train.device");
-  if (device == Device::kCpu) return device;
-  require_device(device, "train.device");
+Device training_device(const LoopOptions& o, const SyncCapabilities& backend) {
+  if (o.device == Device::kCpu) return o.device;
+  require_device(o.device, "train.device");
   const auto refuse = [](const std::string& what) {
     throw ConfigError("train.device: cuda does not run " + what + " yet (docs/gpu.md)");
   };
-  const std::string model = config.get_string("model.type");
-  if (model != "mlp" && model != "gpt" && model != "cnn")
-    refuse("model.type " + model + " (mlp, gpt and cnn do)");
+  const ParallelOptions& par = o.parallel;
+  if (o.model_type != "mlp" && o.model_type != "gpt" && o.model_type != "cnn")
+    refuse("model.type " + o.model_type + " (mlp, gpt and cnn do)");
   if (par.p > 1) refuse("pipeline parallelism (parallel.pp must be 1)");
-  if (par.t > 1 && config.get_string("parallel.tp_split") != "column_row")
-    refuse("parallel.tp_split " + config.get_string("parallel.tp_split") + " (column_row does)");
-  if (config.get_int("train.checkpoint_every") > 0) refuse("checkpoints (train.checkpoint_every)");
-  if (config.get_int("train.exit_at_step") > 0 || config.get_duration("train.exit_after") > 0)
+  if (par.t > 1 && par.tp_split != "column_row")
+    refuse("parallel.tp_split " + par.tp_split + " (column_row does)");
+  if (o.checkpoint_every > 0) refuse("checkpoints (train.checkpoint_every)");
+  if (o.exit_at_step > 0 || o.exit_after > 0)
     refuse("train.exit_at_step / train.exit_after (they end with a checkpoint)");
   if (!backend.model_parallel)
-    refuse("sync.backend " + sync_name + " (choose an allreduce backend or nccl)");
-  return device;
+    refuse("sync.backend " + o.sync_backend + " (choose an allreduce backend or nccl)");
+  return o.device;
 }
 
 // Whether the run ends after a step: it runs on, exits (train.exit_at_step,
@@ -354,404 +335,378 @@ struct Progress {
   int64_t steps_done = 0;
 };
 
-TrainResult run_training(Comm& world, const Config& config, const TrainOptions& options,
-                         Progress& progress) {
-  const Stopwatch wall;
-  TrainResult result;
-  world.set_timeout(config.get_duration("sync.timeout"));
-  check_agreement(world, config, options.out_dir);
-  const NetModel network = apply_network_model(world, config);
-  const HeteroPlan hetero = HeteroPlan::from_config(config, world.size());
+// One run on this rank, told in the order it happens (run()): plan and check
+// everything, build the grid and this rank's part of the model, settle the
+// checkpoint to continue from and the early stops, start the gradient sync
+// (a dedicated server rank serves instead), restore, then the steps and the
+// results. Every step is a member function; the members are declared in the
+// order the steps make them.
+class TrainingRun {
+ public:
+  TrainingRun(Comm& world, const Config& config, const TrainOptions& options, Progress& progress)
+      : world_(world), config_(config), options_(options), progress_(progress) {}
 
+  TrainResult run() {
+    check_agreement(world_, config_, options_.out_dir);
+    plan();
+    // Every op of this thread runs on the training device (core/device.h).
+    const DeviceScope on_device(device_);
+    check_backend();
+    build_grid();
+    build_model();
+    plan_checkpoints_and_stops();
+    prepare_run_dir(world_, options_);
+    if (!start_sync()) return result_;  // a dedicated server rank: it served until the end
+    start_overlap();
+    restore();
+    begin_run_files(*workers_, config_, options_.out_dir);
+    start_loop();
+    train_steps();
+    return finish();
+  }
+
+ private:
   // ---- data, steps, the grid: everything checked before any work ------------
-  const DatasetPair data = load_dataset(config);
-  const std::string sync_name = config.get_string("sync.backend");
-  const Parallel par(config);
-  const StepPlan plan = plan_steps(config, data.train->size());
-  const int layers = model_layers(config, *data.train);
-  const SyncCapabilities backend = sync_capabilities(sync_name, config);
-  const Device device = training_device(config, par, sync_name, backend);
-  if (device == Device::kCuda) use_cuda_device(local_cuda_device());
-  // Every op of this thread runs on the training device (core/device.h).
-  const DeviceScope on_device(device);
-  if (!backend.model_parallel && par.t * par.p > 1)
-    throw ConfigError(concat("sync.backend ", sync_name,
-                             " runs data parallelism only (a shard group per model slice is not "
-                             "built); parallel.tp = ", par.t, " and parallel.pp = ", par.p,
-                             " need an allreduce backend"));
-  std::vector<int64_t> counts;
-  if (config.has("parallel.stage_layers")) counts = config.get_int_list("parallel.stage_layers");
-  const pp::EndCosts ends{config.get_bool("parallel.account_embedding") ? 1 : 0,
-                          config.get_bool("parallel.account_head") ? 1 : 0};
-  const pp::Schedule schedule =
-      pp::make_schedule(par.schedule, {par.p, par.m, par.v, layers});
-  StageLayout layout;
-  layout.stages = par.p;
-  layout.chunks = par.v;
-  layout.microbatches = par.m;
-  layout.layers = pp::partition_layers(layers, par.p, par.v, counts, ends);
+  void plan() {
+    // Every key the loop reads, once (trainer/loop_options.h).
+    o_ = loop_options(config_);
+    world_.set_timeout(o_.sync_timeout);
+    network_ = apply_network_model(world_, config_);
+    hetero_ = HeteroPlan::from_config(config_, world_.size());
+    data_ = load_dataset(config_);
+    sync_name_ = o_.sync_backend;
+    plan_ = plan_steps(config_, data_.train->size());
+    const int layers = model_layers(config_, *data_.train);
+    backend_ = sync_capabilities(sync_name_, config_);
+    device_ = training_device(o_, backend_);
+    if (device_ == Device::kCuda) use_cuda_device(local_cuda_device());
+    const ParallelOptions& par = o_.parallel;
+    schedule_ = pp::make_schedule(par.schedule, {par.p, par.m, par.v, layers});
+    layout_.stages = par.p;
+    layout_.chunks = par.v;
+    layout_.microbatches = par.m;
+    layout_.layers = pp::partition_layers(layers, par.p, par.v, par.stage_layers, par.ends);
+  }
 
-  // Model parallelism needs the grid before the model; data parallelism alone
-  // builds it over the workers, which a backend with dedicated server ranks
-  // splits off in its set-up (their number is known now).
-  const int trainers = world.size() - backend.server_ranks;
-  if (trainers < 1)
-    throw ConfigError(concat("sync.backend ", sync_name, " takes ", backend.server_ranks,
-                             " of the ", world.size(), " ranks as dedicated servers, which "
-                             "leaves no worker"));
-  // The hybrid CNN (workloads/cnn.h): the n workers are one tensor-parallel
-  // group (d = 1: each gets the whole batch, the model takes its slice for
-  // the convolutions), and the conv gradients are all-reduced over that
-  // group with the --sync algorithm (hybrid_dp below).
-  std::unique_ptr<Allreducer> hybrid_dp;
-  if (par.hybrid) {
-    if (par.t != 1 || par.p != 1)
-      throw ConfigError(concat("parallel.hybrid splits the convolutions by the batch and the fully "
-                               "connected layers by their columns over all the workers: set "
-                               "parallel.tp = 1 and parallel.pp = 1 (got ", par.t, " and ", par.p,
-                               ")"));
-    const auto algos = allreducer_names(/*include_device=*/true);
-    if (std::find(algos.begin(), algos.end(), sync_name) == algos.end())
-      throw ConfigError("parallel.hybrid all-reduces the conv gradients over the workers with "
-                        "an allreduce algorithm; sync.backend " + sync_name +
-                        " is not one (choose ring, tree, mpi, ...)");
-    if (config.get_bool("sync.overlap"))
-      throw ConfigError("sync.overlap: parallel.hybrid syncs the conv gradients after the "
-                        "backward only; set sync.overlap: false");
-    hybrid_dp = make_allreducer(sync_name, allreduce_options(config));
-    // On a CUDA device a host algorithm reduces a copy in pinned host memory.
-    if (device != Device::kCpu && !find_allreducer(sync_name).device)
-      hybrid_dp = stage_through_host(std::move(hybrid_dp));
+  void check_backend() const {
+    const ParallelOptions& par = o_.parallel;
+    if (!backend_.model_parallel && par.t * par.p > 1)
+      throw ConfigError(concat("sync.backend ", sync_name_,
+                               " runs data parallelism only (a shard group per model slice is not "
+                               "built); parallel.tp = ",
+                               par.t, " and parallel.pp = ", par.p, " need an allreduce backend"));
   }
-  const int grid_t = par.hybrid ? trainers : par.t;
-  const GridShape shape = make_grid_shape(trainers, grid_t, par.p, par.order);
-  layout.microbatch_rows = microbatch_rows(plan.batch_size, shape.dp, par.m);
-  std::unique_ptr<ProcessGrid> grid;
-  if (grid_t * par.p > 1) {
-    grid = std::make_unique<ProcessGrid>(world, shape);
-    layout.stage = grid->coord().pp;
+
+  // Model parallelism needs the grid before the model; data parallelism
+  // alone builds it over the workers, which a backend with dedicated server
+  // ranks splits off in its set-up (their number is known now).
+  void build_grid() {
+    const ParallelOptions& par = o_.parallel;
+    trainers_ = world_.size() - backend_.server_ranks;
+    if (trainers_ < 1)
+      throw ConfigError(concat("sync.backend ", sync_name_, " takes ", backend_.server_ranks,
+                               " of the ", world_.size(),
+                               " ranks as dedicated servers, which "
+                               "leaves no worker"));
+    // The hybrid CNN (workloads/cnn.h): the n workers are one tensor-parallel
+    // group (d = 1: each gets the whole batch, the model takes its slice for
+    // the convolutions), and the conv gradients are all-reduced over that
+    // group with the --sync algorithm (hybrid_dp_).
+    if (par.hybrid) {
+      if (par.t != 1 || par.p != 1)
+        throw ConfigError(
+            concat("parallel.hybrid splits the convolutions by the batch and the "
+                   "fully connected layers by their columns over all the workers: "
+                   "set parallel.tp = 1 and parallel.pp = 1 (got ",
+                   par.t, " and ", par.p, ")"));
+      const auto algos = allreducer_names(/*include_device=*/true);
+      if (std::find(algos.begin(), algos.end(), sync_name_) == algos.end())
+        throw ConfigError(
+            "parallel.hybrid all-reduces the conv gradients over the workers with "
+            "an allreduce algorithm; sync.backend " +
+            sync_name_ + " is not one (choose ring, tree, mpi, ...)");
+      if (o_.overlap.on)
+        throw ConfigError(
+            "sync.overlap: parallel.hybrid syncs the conv gradients after the "
+            "backward only; set sync.overlap: false");
+      hybrid_dp_ = on_device(sync_name_, make_allreducer(sync_name_, allreduce_options(config_)));
+    }
+    grid_t_ = par.hybrid ? trainers_ : par.t;
+    shape_ = make_grid_shape(trainers_, grid_t_, par.p, par.order);
+    layout_.microbatch_rows = microbatch_rows(plan_.batch_size, shape_.dp, par.m);
+    if (grid_t_ * par.p > 1) {
+      grid_ = std::make_unique<ProcessGrid>(world_, shape_);
+      layout_.stage = grid_->coord().pp;
+    }
+    if (grid_t_ > 1) {
+      const std::string& name = par.tp_allreduce;
+      tp_allreduce_ = on_device(
+          name, make_allreducer(name, activation_allreduce_options(allreduce_options(config_))));
+    }
+    tp_ = std::make_unique<TpGroup>(grid_ && grid_t_ > 1 ? &grid_->tp() : nullptr,
+                                    tp_allreduce_.get());
   }
-  std::unique_ptr<Allreducer> tp_allreduce;
-  if (grid_t > 1) {
-    const std::string name = config.get_string("parallel.tp_allreduce");
-    tp_allreduce = make_allreducer(name, activation_allreduce_options(allreduce_options(config)));
-    // On a CUDA device a host algorithm reduces a copy in pinned host memory.
-    if (device != Device::kCpu && !find_allreducer(name).device)
-      tp_allreduce = stage_through_host(std::move(tp_allreduce));
+
+  // On a CUDA device a host algorithm reduces a copy in pinned host memory.
+  std::unique_ptr<Allreducer> on_device(const std::string& name,
+                                        std::unique_ptr<Allreducer> algorithm) const {
+    if (device_ != Device::kCpu && !find_allreducer(name).device)
+      return stage_through_host(std::move(algorithm));
+    return algorithm;
   }
-  TpGroup tp(grid && grid_t > 1 ? &grid->tp() : nullptr, tp_allreduce.get());
 
   // ---- this rank's part of the model ----------------------------------------
-  std::unique_ptr<Model> model = make_model(config, *data.train, {&tp, layout});
-  ParamStore store;
-  std::vector<std::pair<int, int>> chunk_params;  // [chunk] its parameters' store indices
-  for (int c = 0; c < layout.chunks; ++c) {
-    const int before = static_cast<int>(store.infos().size());
-    model->declare(store, c);
-    chunk_params.emplace_back(before, static_cast<int>(store.infos().size()));
+  void build_model() {
+    model_ = make_model(config_, *data_.train, {tp_.get(), layout_});
+    for (int c = 0; c < layout_.chunks; ++c) {
+      const int before = static_cast<int>(store_.infos().size());
+      model_->declare(store_, c);
+      chunk_params_.emplace_back(before, static_cast<int>(store_.infos().size()));
+    }
+    store_.finalize(o_.seed, device_);
+    model_->bind(store_);
+    tied_ = model_->tied_params();
+    check_parameter_counts(world_, grid_ ? grid_->coord().pp * grid_t_ + grid_->coord().tp : 0,
+                           static_cast<int64_t>(store_.size()));
   }
-  const auto seed = static_cast<uint64_t>(config.get_int("train.seed"));
-  store.finalize(seed, device);
-  model->bind(store);
-  const std::vector<TiedParam> tied = model->tied_params();
-  std::vector<float> tied_scratch;
-  check_parameter_counts(world, grid ? grid->coord().pp * grid_t + grid->coord().tp : 0,
-                         static_cast<int64_t>(store.size()));
 
-  // ---- checkpoints: the one to continue from, the plan -----------------------
-  JobIdentity job;
-  job.world_size = world.size();
-  job.workers = trainers;
-  job.pp = shape.pp;
-  job.tp = shape.tp;
-  job.dp = shape.dp;
-  job.order = par.order;
-  job.sync = sync_name;
-  job.total_steps = plan.total_steps;
-  job.psar_version = psar_version();
-  DpResize resize;
-  const int64_t first_step = find_resume_step(world, config, options, job, resize);
-  const int64_t checkpoint_every = config.get_int("train.checkpoint_every");
-  if (checkpoint_every < 0)
-    throw ConfigError("train.checkpoint_every must be >= 0, got " +
-                      std::to_string(checkpoint_every));
-  // Stopping early (docs/checkpoints.md): at a step, after a duration of
-  // this process's run. A resumed run past exit_at_step runs on.
-  const int64_t exit_at_step = config.get_int("train.exit_at_step");
-  const double exit_after = config.get_duration("train.exit_after");
-  if (exit_at_step < 0 || exit_after < 0)
-    throw ConfigError("train.exit_at_step and train.exit_after must be >= 0 (0 = off)");
-  if (hetero.kill_rank >= 0 && hetero.kill_step >= plan.total_steps)
-    throw ConfigError("hetero.kill_step " + std::to_string(hetero.kill_step) +
-                      " is past the run's " + std::to_string(plan.total_steps) + " steps");
-  // ps.on_worker_failure: continue — the workers' control plane (the step
-  // log's gathers, the loss, the stop agreement, the end) goes on without a
-  // worker that died (Comm::tolerate_failures); the evaluation is worker 0's
-  // alone, over the whole test set. (sync_capabilities refused it for any
-  // backend but the parameter server.)
-  const bool survives = config.get_string("ps.on_worker_failure") == "continue";
-  // The workers' control plane gives up on a dead worker after sync.timeout,
-  // while the survivors are silent to the servers, which drop a worker
-  // silent past ps.timeout: the first must come first.
-  if (survives && !(config.get_duration("sync.timeout") < config.get_duration("ps.timeout")))
-    throw ConfigError(concat("ps.on_worker_failure: continue needs sync.timeout (",
-                             config.get_duration("sync.timeout"), " s) below ps.timeout (",
-                             config.get_duration("ps.timeout"), " s): the workers must give up on a dead "
-                      "worker before the servers give up on the live ones waiting for it"));
-  if (survives && checkpoint_every > 0)
-    throw ConfigError("train.checkpoint_every with ps.on_worker_failure: continue: a checkpoint "
-                      "needs every worker's file, and a dead worker writes none (set "
-                      "train.checkpoint_every 0)");
-  if ((exit_at_step > 0 || exit_after > 0) && options.out_dir.empty())
-    throw ConfigError("train.exit_at_step / train.exit_after end with a checkpoint: the run "
-                      "needs a run directory (--out)");
-  prepare_run_dir(world, options);
+  // ---- checkpoints: the one to continue from, the plan; early stops ----------
+  void plan_checkpoints_and_stops() {
+    job_.world_size = world_.size();
+    job_.workers = trainers_;
+    job_.pp = shape_.pp;
+    job_.tp = shape_.tp;
+    job_.dp = shape_.dp;
+    job_.order = o_.parallel.order;
+    job_.sync = sync_name_;
+    job_.total_steps = plan_.total_steps;
+    job_.psar_version = psar_version();
+    first_step_ = find_resume_step(world_, config_, options_, job_, resize_);
+    if (hetero_.kill_rank >= 0 && hetero_.kill_step >= plan_.total_steps)
+      throw ConfigError("hetero.kill_step " + std::to_string(hetero_.kill_step) +
+                        " is past the run's " + std::to_string(plan_.total_steps) + " steps");
+    // ps.on_worker_failure: continue — the workers' control plane (the step
+    // log's gathers, the loss, the stop agreement, the end) goes on without a
+    // worker that died (Comm::tolerate_failures); the evaluation is worker 0's
+    // alone, over the whole test set. (sync_capabilities refused it for any
+    // backend but the parameter server.)
+    // The workers' control plane gives up on a dead worker after sync.timeout,
+    // while the survivors are silent to the servers, which drop a worker
+    // silent past ps.timeout: the first must come first.
+    if (o_.survives_worker_failure && !(o_.sync_timeout < o_.ps_timeout))
+      throw ConfigError(concat("ps.on_worker_failure: continue needs sync.timeout (",
+                               o_.sync_timeout, " s) below ps.timeout (", o_.ps_timeout,
+                               " s): the workers must give up "
+                               "on a dead worker before the servers give up on the live ones "
+                               "waiting for it"));
+    if (o_.survives_worker_failure && o_.checkpoint_every > 0)
+      throw ConfigError(
+          "train.checkpoint_every with ps.on_worker_failure: continue: a checkpoint "
+          "needs every worker's file, and a dead worker writes none (set "
+          "train.checkpoint_every 0)");
+    if ((o_.exit_at_step > 0 || o_.exit_after > 0) && options_.out_dir.empty())
+      throw ConfigError(
+          "train.exit_at_step / train.exit_after end with a checkpoint: the run "
+          "needs a run directory (--out)");
+  }
 
   // ---- gradient synchronization over this rank's data-parallel group --------
-  OptimizerOptions optimizer = optimizer_options(config);
-  optimizer.total_steps = plan.total_steps;
-  SyncInit init{world,
-                config,
-                store,
-                optimizer,
-                grid ? &grid->dp() : nullptr,
-                CheckpointPlan{options.out_dir, checkpoint_every, first_step,
-                               options.resume_from},
-                sparse_rows(*model)};
-  SyncSetup setup = make_gradient_sync(sync_name, init);
-  if (setup.serve) {
-    setup.serve();
-    result.server = true;
-    return result;
+  // False on a dedicated server rank, after it served.
+  bool start_sync() {
+    OptimizerOptions optimizer = optimizer_options(config_);
+    optimizer.total_steps = plan_.total_steps;
+    init_ = std::make_unique<SyncInit>(SyncInit{
+        world_, config_, store_, optimizer, grid_ ? &grid_->dp() : nullptr,
+        CheckpointPlan{options_.out_dir, o_.checkpoint_every, first_step_, options_.resume_from},
+        sparse_rows(*model_)});
+    setup_ = make_gradient_sync(sync_name_, *init_);
+    if (setup_.serve) {
+      setup_.serve();
+      result_.server = true;
+      return false;
+    }
+    workers_ = setup_.workers;  // every rank that trains
+    workers_->tolerate_failures(o_.survives_worker_failure);
+    sync_ = setup_.sync.get();
+    // A backend whose servers keep the optimizer state (the parameter server)
+    // saves it at train.checkpoint_every steps only: an early stop must fall on one.
+    if (o_.exit_at_step > 0 && !sync_->optimizer() &&
+        (o_.checkpoint_every == 0 || o_.exit_at_step % o_.checkpoint_every != 0))
+      throw ConfigError("train.exit_at_step " + std::to_string(o_.exit_at_step) +
+                        " with sync.backend " + sync_name_ +
+                        " must be a multiple of train.checkpoint_every (its servers " +
+                        "save their state at those steps only)");
+    PSAR_CHECK(workers_->size() == trainers_, "sync.backend ", sync_name_, " left ",
+               workers_->size(), " workers, planned ", trainers_);
+    if (!grid_) grid_ = std::make_unique<ProcessGrid>(*workers_, shape_);
+    d_ = grid_->dp().size();
+    local_batch_ = plan_.batch_size / d_;
+    holds_loss_ = layout_.stage == layout_.stages - 1 && grid_->coord().tp == 0;
+    result_.workers = d_;
+    result_.first_step = first_step_;
+    return true;
   }
-  Comm& workers = *setup.workers;  // every rank that trains
-  workers.tolerate_failures(survives);
-  GradientSync& sync = *setup.sync;
-  // A backend whose servers keep the optimizer state (the parameter server)
-  // saves it at train.checkpoint_every steps only: an early stop must fall on one.
-  if (exit_at_step > 0 && !sync.optimizer() &&
-      (checkpoint_every == 0 || exit_at_step % checkpoint_every != 0))
-    throw ConfigError("train.exit_at_step " + std::to_string(exit_at_step) + " with sync.backend " +
-                      sync_name + " must be a multiple of train.checkpoint_every (its servers " +
-                      "save their state at those steps only)");
-  PSAR_CHECK(workers.size() == trainers, "sync.backend ", sync_name, " left ", workers.size(),
-             " workers, planned ", trainers);
-  if (!grid) grid = std::make_unique<ProcessGrid>(workers, shape);
-  Comm& dp = grid->dp();
-  Comm& pipeline = grid->pp();
-  const int d = dp.size();
-  const int64_t local_batch = plan.batch_size / d;
+
   // Overlap: buckets synced on a communication thread while the backward runs.
-  std::unique_ptr<OverlapSync> overlap;
-  if (config.get_bool("sync.overlap")) {
-    if (!sync.overlaps())
-      throw ConfigError("sync.overlap: the " + sync.name() +
+  void start_overlap() {
+    const OverlapConfig& o = o_.overlap;
+    if (!o.on) return;
+    if (!sync_->overlaps())
+      throw ConfigError("sync.overlap: the " + sync_->name() +
                         " backend syncs the whole model after the backward only; set "
                         "sync.overlap: false or choose an allreduce backend");
-    const auto floats = [&](const char* key) {
-      return std::max<int64_t>(1, config.get_bytes(key) / static_cast<int64_t>(sizeof(float)));
-    };
-    overlap = std::make_unique<OverlapSync>(
-        sync, store,
-        overlap_buckets(store, schedule, layout.stage, chunk_params, tied,
-                        floats("sync.bucket_bytes")),
-        dp,
-        OverlapOptions{config.get_string("sync.priority") == "front_first",
-                       floats("sync.priority_chunk_bytes")});
+    overlap_ = std::make_unique<OverlapSync>(
+        *sync_, store_,
+        overlap_buckets(store_, schedule_, layout_.stage, chunk_params_, tied_, o.bucket_floats),
+        grid_->dp(), OverlapOptions{o.front_first, o.priority_chunk_floats});
     // The layer-wise start hands the whole step to the communication thread:
     // no range may be left for the main thread (the PS has no pipeline, so no ties).
-    PSAR_CHECK(!overlap->layerwise() || tied.empty(),
-               "the layer-wise start of ", sync.name(), " with tied parameters");
+    PSAR_CHECK(!overlap_->layerwise() || tied_.empty(), "the layer-wise start of ", sync_->name(),
+               " with tied parameters");
   }
-  const bool holds_loss = layout.stage == layout.stages - 1 && grid->coord().tp == 0;
-  result.workers = d;
-  result.first_step = first_step;
-  const Stopwatch restore_clock;
-  if (first_step >= 0) {
-    const std::string dir = checkpoint_dir(options.resume_from, first_step);
-    if (!resize.resized) {
-      restore_rank(CheckpointFile::read(rank_checkpoint_path(dir, workers.rank())), workers.rank(),
-                   grid->coord(), first_step, store, sync, *model);
-    } else {  // onto another d: this rank's (stage, tensor rank) cell as the old grid held it
-      const GridShape& now = grid->shape();
-      const GridShape old_shape =
-          make_grid_shape(now.pp * now.tp * resize.old_dp, now.tp, now.pp, par.order);
-      const GridCoord& at = grid->coord();
-      const auto old_rank = [&](int q) { return grid_rank(old_shape, {at.tp, q, at.pp}); };
-      if (resize.reshard)  // a sharded optimizer state: each replica cuts its piece anew
-        restore_resharded(dir, resize.old_dp, old_rank, grid->dp().rank(), grid->dp().size(),
-                          first_step, store, sync, *model);
-      else  // replicated: every replica restores the cell's replica 0
-        restore_rank(CheckpointFile::read(rank_checkpoint_path(dir, old_rank(0))), old_rank(0),
-                     {at.tp, 0, at.pp}, first_step, store, sync, *model);
-    }
-  }
-  const double restore_s = workers.allreduce_max(restore_clock.seconds());
-  begin_run_files(workers, config, options.out_dir);
 
-  // ---- the loop --------------------------------------------------------------
-  Tracer tracer(config.get_bool("train.trace"));
-  pp::StageExecutor executor(schedule, pipeline, *model,
-                             {.tracer = &tracer,
-                              .scatter_gather = par.scatter_gather ? &grid->tp() : nullptr,
-                              .gradient_sink = overlap.get(),
-                              .param_gate = overlap && overlap->layerwise() ? overlap.get()
-                                                                            : nullptr});
-  PipelineMeter meter(schedule, layout.stage);
-  const RunEnd run_end{options.out_dir, sync.name(), network.describe()};
-  progress.end = run_end;
-  progress.lead = workers.rank() == 0;
-  StepLog log(workers, pipeline, grid->shape(), grid->coord(),
-              {options.out_dir, grid_t > 1, first_step, options.resume_from});
-  int64_t tp_formula = 0, gather_formula = 0;
-  for (int c = 0; c < layout.chunks; ++c) {
-    tp_formula += par.m * model->tp_allreduce_floats(c);
-    gather_formula += par.m * model->tp_all_gather_floats(c);
-  }
-  const int64_t hybrid_floats = model->hybrid_data_parallel_floats();
-  if (workers.rank() == 0 && options.verbose) {
-    const std::string summary = model->summary();
-    if (!summary.empty()) std::printf("%s\n", summary.c_str());
-  }
-  const int64_t pp_formula =
-      pp_floats_formula(*model, layout, par.scatter_gather ? grid->tp().size() : 1);
-  const int64_t dp_formula =
-      par.hybrid ? hybrid_floats : dp_floats_formula(*model, store, grid->tp().size());
-  // One origin for every rank's track: the host clock is shared, a barrier's
-  // exit is not simultaneous.
-  if (tracer.enabled()) tracer.set_origin(workers.allreduce_max(now_seconds()));
-  Batch batch;
-  std::vector<int64_t> order;
-  int64_t order_epoch = -1;
-  double train_time = 0;
-  const bool lead = workers.rank() == 0;
-  if (lead && options.verbose && !setup.endpoints.empty())
-    std::fputs(setup.endpoints.c_str(), stdout);
-  if (lead && options.verbose && first_step >= 0)
-    std::printf("resumed from %s at step %ld (restored in %.3f s)\n",
-                checkpoint_dir(options.resume_from, first_step).c_str(),
-                static_cast<long>(first_step), restore_s);
-  int64_t step = std::max<int64_t>(first_step, 0);
-  // Writes this step's checkpoint: every worker its file, then (after a
-  // barrier: every file, the shards' too, is in place) rank 0 the MANIFEST.
-  auto write_checkpoint = [&](int64_t done) {
-    const Stopwatch clock;
-    const std::string dir = checkpoint_dir(options.out_dir, done);
-    make_dirs(dir);
-    const CheckpointFile mine =
-        rank_checkpoint(workers.rank(), grid->coord(), done, plan, seed, store, sync, *model);
-    const auto written = static_cast<double>(mine.write(rank_checkpoint_path(dir, workers.rank())));
-    // The sum doubles as the barrier: every worker's file is in place after it.
-    const double bytes = workers.allreduce_sum(written);
-    if (lead) {
-      make_manifest(done, config, job).write(manifest_path(dir));
-      prune_checkpoints(options.out_dir, 2);
-      if (options.verbose)
-        std::printf("checkpoint step %ld: %d worker files, %.3f MB, in %.3f s -> %s\n",
-                    static_cast<long>(done), workers.size(), bytes / 1e6, clock.seconds(),
-                    dir.c_str());
+  void restore() {
+    const Stopwatch restore_clock;
+    Comm& workers = *workers_;
+    if (first_step_ >= 0) {
+      const std::string dir = checkpoint_dir(options_.resume_from, first_step_);
+      if (!resize_.resized) {
+        restore_rank(CheckpointFile::read(rank_checkpoint_path(dir, workers.rank())),
+                     workers.rank(), grid_->coord(), first_step_, store_, *sync_, *model_);
+      } else {  // onto another d: this rank's (stage, tensor rank) cell as the old grid held it
+        const GridShape& now = grid_->shape();
+        const GridShape old_shape = make_grid_shape(now.pp * now.tp * resize_.old_dp, now.tp,
+                                                    now.pp, o_.parallel.order);
+        const GridCoord& at = grid_->coord();
+        const auto old_rank = [&](int q) { return grid_rank(old_shape, {at.tp, q, at.pp}); };
+        if (resize_.reshard)  // a sharded optimizer state: each replica cuts its piece anew
+          restore_resharded(dir, resize_.old_dp, old_rank, grid_->dp().rank(),
+                            grid_->dp().size(), first_step_, store_, *sync_, *model_);
+        else  // replicated: every replica restores the cell's replica 0
+          restore_rank(CheckpointFile::read(rank_checkpoint_path(dir, old_rank(0))), old_rank(0),
+                       {at.tp, 0, at.pp}, first_step_, store_, *sync_, *model_);
+      }
     }
-  };
-  // The communication thread's spans on track 1 of this rank; layer-wise,
-  // the pulls in flight on track 2. Returns the thread's time in the backend.
-  auto trace_comm = [&](const std::vector<CommSpan>& spans) {
-    double busy = 0;
-    for (const CommSpan& c : spans) {
-      if (!c.pull) busy += c.end - c.start;
-      if (tracer.enabled())
-        tracer.span(c.name, "comm", c.start, c.end, /*tid=*/c.pull ? 2 : 1,
-                    concat("{\"floats\":", c.range.size(), ",\"begin\":", c.range.begin, "}"));
+    restore_s_ = workers.allreduce_max(restore_clock.seconds());
+  }
+
+  // ---- the loop: its executor, meters, rows and the formulas they check -------
+  void start_loop() {
+    Comm& workers = *workers_;
+    tracer_ = std::make_unique<Tracer>(o_.trace);
+    executor_ = std::make_unique<pp::StageExecutor>(
+        schedule_, grid_->pp(), *model_,
+        pp::ExecutorOptions{
+            .tracer = tracer_.get(),
+            .scatter_gather = o_.parallel.scatter_gather ? &grid_->tp() : nullptr,
+            .gradient_sink = overlap_.get(),
+            .param_gate = overlap_ && overlap_->layerwise() ? overlap_.get() : nullptr});
+    meter_ = std::make_unique<PipelineMeter>(schedule_, layout_.stage);
+    run_end_ = RunEnd{options_.out_dir, sync_->name(), network_.describe()};
+    progress_.end = run_end_;
+    progress_.lead = workers.rank() == 0;
+    lead_ = workers.rank() == 0;
+    log_ = std::make_unique<StepLog>(
+        workers, grid_->pp(), grid_->shape(), grid_->coord(),
+        StepLogOptions{options_.out_dir, grid_t_ > 1, first_step_, options_.resume_from});
+    for (int c = 0; c < layout_.chunks; ++c) {
+      tp_formula_ += o_.parallel.m * model_->tp_allreduce_floats(c);
+      gather_formula_ += o_.parallel.m * model_->tp_all_gather_floats(c);
     }
-    return busy;
-  };
-  for (; step < plan.total_steps; ++step) {
-    progress.steps_done = step;
-    if (hetero.kills(world.rank(), step)) kill_now(world.rank(), step);
+    hybrid_floats_ = model_->hybrid_data_parallel_floats();
+    if (lead_ && options_.verbose) {
+      const std::string summary = model_->summary();
+      if (!summary.empty()) std::printf("%s\n", summary.c_str());
+    }
+    pp_formula_ =
+        pp_floats_formula(*model_, layout_, o_.parallel.scatter_gather ? grid_->tp().size() : 1);
+    dp_formula_ = o_.parallel.hybrid ? hybrid_floats_
+                                     : dp_floats_formula(*model_, store_, grid_->tp().size());
+    // One origin for every rank's track: the host clock is shared, a barrier's
+    // exit is not simultaneous.
+    if (tracer_->enabled()) tracer_->set_origin(workers.allreduce_max(now_seconds()));
+    if (lead_ && options_.verbose && !setup_.endpoints.empty())
+      std::fputs(setup_.endpoints.c_str(), stdout);
+    if (lead_ && options_.verbose && first_step_ >= 0)
+      std::printf("resumed from %s at step %ld (restored in %.3f s)\n",
+                  checkpoint_dir(options_.resume_from, first_step_).c_str(),
+                  static_cast<long>(first_step_), restore_s_);
+  }
+
+  void train_steps() {
+    int64_t step = std::max<int64_t>(first_step_, 0);
+    for (; step < plan_.total_steps; ++step) {
+      progress_.steps_done = step;
+      const double loss = train_step(step);
+      const int stop = agree_on_stop(step);
+      const bool last = step + 1 == plan_.total_steps || stop != kRunOn;
+      end_step(step, loss, stop, last);
+      if (stop != kRunOn && step + 1 < plan_.total_steps) {
+        result_.status = stop == kExit ? "exited" : "terminated";
+        if (stop == kTerminate && options_.stop_signal)
+          result_.stop_signal = options_.stop_signal->load();
+        ++step;
+        break;
+      }
+    }
+    steps_done_ = step;
+  }
+
+  // One step: this replica's slice of the batch through the pipeline, the
+  // finalize step, the step's rows. Returns this replica's loss.
+  double train_step(int64_t step) {
+    if (hetero_.kills(world_.rank(), step)) kill_now(world_.rank(), step);
     const Stopwatch step_clock;
-    const int64_t epoch = step / plan.steps_per_epoch, pos = step % plan.steps_per_epoch;
-    if (epoch != order_epoch) {
-      order = epoch_order(data.train->size(), seed, epoch);
-      order_epoch = epoch;
-    }
-    data.train->gather(std::span<const int64_t>(order).subspan(
-                           static_cast<size_t>(pos * plan.batch_size + dp.rank() * local_batch),
-                           static_cast<size_t>(local_batch)),
-                       batch);
-    model->set_batch(batch);
-    if (init.sparse.floats > 0) sync.set_touched_rows(touched_rows(*model, init.sparse));
-    store.zero_grads();
-    const TpCounters tp0 = tp.counters;
-    const CommCounters tpc0 = grid->tp().counters(), pipe0 = pipeline.counters(),
-                       sync0 = sync.counters();
-    if (overlap) overlap->begin_step();
-    const pp::StageRun run = executor.run();
-    const double injected_s = inject_delay(hetero, world.rank(), step, run.compute_s, tracer);
-    const TpCounters tp1 = tp.counters;
-    const CommCounters tpc1 = grid->tp().counters(), pipe1 = pipeline.counters();
-    // The finalize step: tied parameters over their pair, then the
-    // data-parallel sync — all of it, or what the overlap left: waiting for
-    // the buckets, then the tied parameters' ranges and the optimizer.
-    double exposed_s = 0, sync_s = 0;
-    int64_t hybrid_bytes = 0;
+    load_batch(step);
+    store_.zero_grads();
+    Comm& tpc = grid_->tp();
+    Comm& pipeline = grid_->pp();
+    const TpCounters tp0 = tp_->counters;
+    const CommCounters tpc0 = tpc.counters(), pipe0 = pipeline.counters(),
+                       sync0 = sync_->counters();
+    if (overlap_) overlap_->begin_step();
+    const pp::StageRun run = executor_->run();
+    const double injected_s = inject_delay(hetero_, world_.rank(), step, run.compute_s, *tracer_);
+    const TpCounters tp1 = tp_->counters;
+    const CommCounters tpc1 = tpc.counters(), pipe1 = pipeline.counters();
+    Finalized fin;
     {
-      ScopedTimer t(exposed_s);
-      Tracer::Scope span(tracer, "sync", "sync");
-      if (hybrid_dp) {
-        // The conv gradients: each rank's is its slice's, averaged over the group.
-        const int64_t before = grid->tp().counters().bytes_sent;
-        const std::span<float> conv = store.grads().subspan(0, static_cast<size_t>(hybrid_floats));
-        hybrid_dp->allreduce(grid->tp(), conv);
-        ops::scale(conv.data(), 1.0f / static_cast<float>(grid->tp().size()), hybrid_floats);
-        hybrid_bytes = grid->tp().counters().bytes_sent - before;
-      }
-      if (!overlap) {
-        reduce_tied_gradients(store, tied, layout, pipeline, tied_scratch);
-        sync.step(store.params(), store.grads());
-      } else {
-        sync_s += trace_comm(overlap->wait());
-        reduce_tied_gradients(store, tied, layout, pipeline, tied_scratch);
-        for (const TiedParam& k : tied) {
-          const ParamInfo& info = store.infos()[static_cast<size_t>(k.param)];
-          const auto at = static_cast<size_t>(info.offset), n = static_cast<size_t>(info.numel);
-          sync.sync_range(info.offset, store.params().subspan(at, n),
-                          store.grads().subspan(at, n));
-        }
-        sync.finish(store.params(), store.grads());
-      }
-      share_tied_params(store, tied, layout, pipeline);
+      ScopedTimer timer(fin.exposed_s);
+      Tracer::Scope span(*tracer_, "sync", "sync");
+      finalize(fin);
     }
     // Layer-wise, the forward's waits for its layers' parameters are exposed sync too.
-    exposed_s += run.param_wait_s;
-    sync_s += exposed_s;
-    if (layout.stages > 1)
-      meter.add(run, plan.total_steps == 1 || step > std::max<int64_t>(first_step, 0));
-    const CommCounters sync1 = sync.counters();
+    const double exposed_s = fin.exposed_s + run.param_wait_s;
+    const double sync_s = fin.sync_s + exposed_s;
+    if (layout_.stages > 1)
+      meter_->add(run, plan_.total_steps == 1 || step > std::max<int64_t>(first_step_, 0));
+    const CommCounters sync1 = sync_->counters();
     const double step_s = step_clock.seconds();
-    train_time += step_s;
-    const double loss = model->batch_loss();
+    train_time_ += step_s;
+    const double loss = model_->batch_loss();
 
     AxisRow axis;
     axis.step = step + 1;
     axis.compute_s = run.compute_s;
     axis.tp = tp1 - tp0;
-    axis.tp_floats_formula = tp_formula;
+    axis.tp_floats_formula = tp_formula_;
     axis.tp_bytes_sent = tpc1.bytes_sent - tpc0.bytes_sent - run.gather_bytes_sent;
     axis.tp_messages = tpc1.messages_sent - tpc0.messages_sent;
     axis.pp_bytes_sent = pipe1.bytes_sent - pipe0.bytes_sent;
     axis.pp_floats_sent = axis.pp_bytes_sent / static_cast<int64_t>(sizeof(float));
-    axis.pp_floats_formula = pp_formula;
+    axis.pp_floats_formula = pp_formula_;
     axis.pp_gather_bytes_sent = run.gather_bytes_sent;
     axis.pp_s = run.recv_wait_s + run.send_s + run.gather_s;
-    axis.dp_floats = hybrid_dp ? hybrid_floats : static_cast<int64_t>(store.size());
-    axis.dp_floats_formula = dp_formula;
-    axis.dp_bytes_sent = sync1.bytes_sent - sync0.bytes_sent + hybrid_bytes;
-    axis.tp_gather_floats_formula = gather_formula;
+    axis.dp_floats = hybrid_dp_ ? hybrid_floats_ : static_cast<int64_t>(store_.size());
+    axis.dp_floats_formula = dp_formula_;
+    axis.dp_bytes_sent = sync1.bytes_sent - sync0.bytes_sent + fin.hybrid_bytes;
+    axis.tp_gather_floats_formula = gather_formula_;
     axis.dp_s = sync_s;
-    axis.params_bytes = static_cast<int64_t>(store.params().size_bytes());
-    axis.grads_bytes = static_cast<int64_t>(store.grads().size_bytes());
-    axis.optimizer_bytes = optimizer_state_bytes(sync);
-    log.add(
-        {step + 1, static_cast<double>(step + 1) / plan.steps_per_epoch, loss, step_s,
+    axis.params_bytes = static_cast<int64_t>(store_.params().size_bytes());
+    axis.grads_bytes = static_cast<int64_t>(store_.grads().size_bytes());
+    axis.optimizer_bytes = optimizer_state_bytes(*sync_);
+    log_->add(
+        {step + 1, static_cast<double>(step + 1) / plan_.steps_per_epoch, loss, step_s,
          run.compute_s, sync_s,
          axis.tp_bytes_sent + axis.pp_bytes_sent + axis.pp_gather_bytes_sent + axis.dp_bytes_sent,
          tpc1.bytes_recv - tpc0.bytes_recv + pipe1.bytes_recv - pipe0.bytes_recv +
@@ -759,93 +714,257 @@ TrainResult run_training(Comm& world, const Config& config, const TrainOptions& 
          axis.tp_messages + pipe1.messages_sent - pipe0.messages_sent + sync1.messages_sent -
              sync0.messages_sent,
          exposed_s, injected_s, sync1.pushes_dropped - sync0.pushes_dropped,
-         sync.averaged() > 0 ? sync.averaged() : d},
+         sync_->averaged() > 0 ? sync_->averaged() : d_},
         axis);
+    return loss;
+  }
 
-    // Whether this step is the last: the plan's, train.exit_at_step, or a
-    // stop the workers agree on (one small exchange per step, made only when
-    // a signal or the clock can ask for one).
-    int stop = step + 1 == exit_at_step ? kExit : kRunOn;
-    if (options.stop_signal || exit_after > 0) {
-      double mine = stop;
-      if (options.stop_signal && options.stop_signal->load() != 0) mine = kTerminate;
-      else if (exit_after > 0 && wall.seconds() >= exit_after) mine = kExit;
-      stop = static_cast<int>(workers.allreduce_max(mine));
+  // This replica's slice of the step's batch, in the epoch's order.
+  void load_batch(int64_t step) {
+    const int64_t epoch = step / plan_.steps_per_epoch, pos = step % plan_.steps_per_epoch;
+    if (epoch != order_epoch_) {
+      order_ = epoch_order(data_.train->size(), o_.seed, epoch);
+      order_epoch_ = epoch;
     }
-    const bool last = step + 1 == plan.total_steps || stop != kRunOn;
-    const bool logs = (step + 1) % plan.log_every == 0 || last;
+    data_.train->gather(
+        std::span<const int64_t>(order_).subspan(
+            static_cast<size_t>(pos * plan_.batch_size + grid_->dp().rank() * local_batch_),
+            static_cast<size_t>(local_batch_)),
+        batch_);
+    model_->set_batch(batch_);
+    if (init_->sparse.floats > 0) sync_->set_touched_rows(touched_rows(*model_, init_->sparse));
+  }
+
+  struct Finalized {
+    double exposed_s = 0;  // the finalize step on this thread (the caller times it)
+    double sync_s = 0;     // the communication thread's time in the backend (overlap)
+    int64_t hybrid_bytes = 0;
+  };
+  // The finalize step: tied parameters over their pair, then the
+  // data-parallel sync — all of it, or what the overlap left: waiting for
+  // the buckets, then the tied parameters' ranges and the optimizer.
+  void finalize(Finalized& f) {
+    Comm& pipeline = grid_->pp();
+    if (hybrid_dp_) {
+      // The conv gradients: each rank's is its slice's, averaged over the group.
+      Comm& group = grid_->tp();
+      const int64_t before = group.counters().bytes_sent;
+      const std::span<float> conv = store_.grads().subspan(0, static_cast<size_t>(hybrid_floats_));
+      hybrid_dp_->allreduce(group, conv);
+      ops::scale(conv.data(), 1.0f / static_cast<float>(group.size()), hybrid_floats_);
+      f.hybrid_bytes = group.counters().bytes_sent - before;
+    }
+    if (!overlap_) {
+      reduce_tied_gradients(store_, tied_, layout_, pipeline, tied_scratch_);
+      sync_->step(store_.params(), store_.grads());
+    } else {
+      f.sync_s += trace_comm(overlap_->wait());
+      reduce_tied_gradients(store_, tied_, layout_, pipeline, tied_scratch_);
+      for (const TiedParam& k : tied_) {
+        const ParamInfo& info = store_.infos()[static_cast<size_t>(k.param)];
+        const auto at = static_cast<size_t>(info.offset), n = static_cast<size_t>(info.numel);
+        sync_->sync_range(info.offset, store_.params().subspan(at, n),
+                          store_.grads().subspan(at, n));
+      }
+      sync_->finish(store_.params(), store_.grads());
+    }
+    share_tied_params(store_, tied_, layout_, pipeline);
+  }
+
+  // The communication thread's spans on track 1 of this rank; layer-wise,
+  // the pulls in flight on track 2. Returns the thread's time in the backend.
+  double trace_comm(const std::vector<CommSpan>& spans) {
+    double busy = 0;
+    for (const CommSpan& c : spans) {
+      if (!c.pull) busy += c.end - c.start;
+      if (tracer_->enabled())
+        tracer_->span(c.name, "comm", c.start, c.end, /*tid=*/c.pull ? 2 : 1,
+                      concat("{\"floats\":", c.range.size(), ",\"begin\":", c.range.begin, "}"));
+    }
+    return busy;
+  }
+
+  // Whether this step is the last: the plan's, train.exit_at_step, or a
+  // stop the workers agree on (one small exchange per step, made only when
+  // a signal or the clock can ask for one).
+  int agree_on_stop(int64_t step) {
+    int stop = step + 1 == o_.exit_at_step ? kExit : kRunOn;
+    if (options_.stop_signal || o_.exit_after > 0) {
+      double mine = stop;
+      if (options_.stop_signal && options_.stop_signal->load() != 0)
+        mine = kTerminate;
+      else if (o_.exit_after > 0 && wall_.seconds() >= o_.exit_after)
+        mine = kExit;
+      stop = static_cast<int>(workers_->allreduce_max(mine));
+    }
+    return stop;
+  }
+
+  // After a step: the mean loss every log interval, an evaluation, the rows
+  // to disk, a checkpoint.
+  void end_step(int64_t step, double loss, int stop, bool last) {
+    Comm& workers = *workers_;
+    const bool logs = (step + 1) % plan_.log_every == 0 || last;
     if (logs) {
       // (Under continue, over the workers still alive.)
-      const double holders = survives ? workers.allreduce_sum(holds_loss ? 1.0 : 0.0) : d;
-      const double mean_loss = workers.allreduce_sum(holds_loss ? loss : 0.0) / holders;
-      if (lead && options.verbose)
-        print_progress(plan, step, mean_loss, result.test_accuracy, train_time,
-                       std::max<int64_t>(first_step, 0));
-      if (last) result.final_loss = mean_loss;
+      const double holders =
+          o_.survives_worker_failure ? workers.allreduce_sum(holds_loss_ ? 1.0 : 0.0) : d_;
+      const double mean_loss = workers.allreduce_sum(holds_loss_ ? loss : 0.0) / holders;
+      if (lead_ && options_.verbose)
+        print_progress(plan_, step, mean_loss, result_.test_accuracy, train_time_,
+                       std::max<int64_t>(first_step_, 0));
+      if (last) result_.final_loss = mean_loss;
     }
     // A periodic checkpoint; at an early stop one more, where the backend can
     // save this step (the PS shards save at periodic steps only): always on
     // train.exit_*, with checkpoints on after a signal.
-    const bool periodic = checkpoint_every > 0 && (step + 1) % checkpoint_every == 0;
-    const bool stop_saves = (stop == kExit || (stop == kTerminate && checkpoint_every > 0)) &&
-                            sync.optimizer() != nullptr;
-    const bool checkpoints = (periodic || stop_saves) && !options.out_dir.empty();
-    const bool evaluates = model->evaluates() && plan.eval_after(step + 1);
+    const bool periodic = o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0;
+    const bool stop_saves = (stop == kExit || (stop == kTerminate && o_.checkpoint_every > 0)) &&
+                            sync_->optimizer() != nullptr;
+    const bool checkpoints = (periodic || stop_saves) && !options_.out_dir.empty();
+    const bool evaluates = model_->evaluates() && plan_.eval_after(step + 1);
     // An evaluation, a checkpoint and the end of training read every parameter.
     // (Layer-wise, the thread's spans of the last step's end come with the
     // next step's wait(), or here.)
-    if (overlap && (evaluates || checkpoints || last)) trace_comm(overlap->wait_pulls());
-    if (evaluates && (!survives || lead)) {
-      const EvalStats s = evaluate(*model, layout, *data.test, *grid, workers, survives);
-      result.test_accuracy = s.count ? static_cast<double>(s.correct) / s.count : 0.0;
-      result.test_loss = s.count ? s.loss_sum / s.count : 0.0;
-      log.add_eval(step + 1, static_cast<double>(step + 1) / plan.steps_per_epoch,
-                   result.test_loss, result.test_accuracy);
-      if (lead && options.verbose) print_eval(step + 1, result.test_loss, result.test_accuracy);
+    if (overlap_ && (evaluates || checkpoints || last)) trace_comm(overlap_->wait_pulls());
+    if (evaluates && (!o_.survives_worker_failure || lead_)) {
+      const EvalStats s =
+          evaluate(*model_, layout_, *data_.test, *grid_, workers, o_.survives_worker_failure);
+      result_.test_accuracy = s.count ? static_cast<double>(s.correct) / s.count : 0.0;
+      result_.test_loss = s.count ? s.loss_sum / s.count : 0.0;
+      log_->add_eval(step + 1, static_cast<double>(step + 1) / plan_.steps_per_epoch,
+                     result_.test_loss, result_.test_accuracy);
+      if (lead_ && options_.verbose) print_eval(step + 1, result_.test_loss, result_.test_accuracy);
     }
     // Rows reach the disk every log interval, and before a checkpoint claims their step.
-    if (logs || checkpoints) log.flush();
+    if (logs || checkpoints) log_->flush();
     if (checkpoints) write_checkpoint(step + 1);
-    if (stop != kRunOn && step + 1 < plan.total_steps) {
-      result.status = stop == kExit ? "exited" : "terminated";
-      if (stop == kTerminate && options.stop_signal) result.stop_signal = options.stop_signal->load();
-      ++step;
-      break;
+  }
+
+  // Writes this step's checkpoint: every worker its file, then (after a
+  // barrier: every file, the shards' too, is in place) rank 0 the MANIFEST.
+  void write_checkpoint(int64_t done) {
+    Comm& workers = *workers_;
+    const Stopwatch clock;
+    const std::string dir = checkpoint_dir(options_.out_dir, done);
+    make_dirs(dir);
+    const CheckpointFile mine = rank_checkpoint(workers.rank(), grid_->coord(), done, plan_,
+                                                o_.seed, store_, *sync_, *model_);
+    const auto written = static_cast<double>(mine.write(rank_checkpoint_path(dir, workers.rank())));
+    // The sum doubles as the barrier: every worker's file is in place after it.
+    const double bytes = workers.allreduce_sum(written);
+    if (lead_) {
+      make_manifest(done, config_, job_).write(manifest_path(dir));
+      prune_checkpoints(options_.out_dir, 2);
+      if (options_.verbose)
+        std::printf("checkpoint step %ld: %d worker files, %.3f MB, in %.3f s -> %s\n",
+                    static_cast<long>(done), workers.size(), bytes / 1e6, clock.seconds(),
+                    dir.c_str());
     }
   }
-  const int64_t steps_done = step;
 
   // ---- results: the replica's loss on every stage, the whole model ------------
-  result.losses = log.losses();
-  // The gathered model is host memory: bring the arenas back (the model's
-  // views of the device arenas are not used after this).
-  if (device != Device::kCpu) store.move_to(Device::kCpu);
-  const DeviceScope on_host(Device::kCpu);
-  check_tied_params(store, tied, layout, pipeline, tied_scratch);
-  result.params = gather_model(*model, store, chunk_params, layout, grid->tp(), pipeline);
-  result.steps = steps_done;
-  result.epochs = static_cast<double>(steps_done) / plan.steps_per_epoch;
-  result.wall_s = workers.allreduce_max(wall.seconds());
-  result.samples_per_s = static_cast<double>(plan.batch_size) *
-                         static_cast<double>(steps_done - std::max<int64_t>(first_step, 0)) /
-                         workers.allreduce_max(train_time);
-
-  if (layout.stages > 1) {
-    std::vector<int> layers_per_stage(static_cast<size_t>(layout.stages), 0);
-    for (int u = 0; u < layout.vstages(); ++u)
-      layers_per_stage[static_cast<size_t>(u % layout.stages)] +=
-          layout.layers[static_cast<size_t>(u)];
-    const PipelineMeter::Summary bubble =
-        meter.write(pipeline, workers, dp.rank(), grid->coord().tp, *model, layers_per_stage,
-                    options.out_dir);
-    if (lead && options.verbose)
-      std::printf("pipeline %s: bubble %.4f measured (idle share %.4f), %.4f simulated at the "
-                  "measured costs, %.4f closed form\n",
-                  pp::describe(schedule).c_str(), bubble.bubble, bubble.idle_share,
-                  bubble.bubble_sim, bubble.bubble_formula);
+  TrainResult finish() {
+    Comm& workers = *workers_;
+    Comm& pipeline = grid_->pp();
+    result_.losses = log_->losses();
+    // The gathered model is host memory: bring the arenas back (the model's
+    // views of the device arenas are not used after this).
+    if (device_ != Device::kCpu) store_.move_to(Device::kCpu);
+    const DeviceScope on_host(Device::kCpu);
+    check_tied_params(store_, tied_, layout_, pipeline, tied_scratch_);
+    result_.params = gather_model(*model_, store_, chunk_params_, layout_, grid_->tp(), pipeline);
+    result_.steps = steps_done_;
+    result_.epochs = static_cast<double>(steps_done_) / plan_.steps_per_epoch;
+    result_.wall_s = workers.allreduce_max(wall_.seconds());
+    result_.samples_per_s = static_cast<double>(plan_.batch_size) *
+                            static_cast<double>(steps_done_ - std::max<int64_t>(first_step_, 0)) /
+                            workers.allreduce_max(train_time_);
+    if (layout_.stages > 1) write_pipeline_meter();
+    write_run_end(workers, world_, config_, run_end_, result_, *tracer_);
+    return result_;
   }
-  write_run_end(workers, world, config, run_end, result, tracer);
-  return result;
+
+  void write_pipeline_meter() {
+    std::vector<int> layers_per_stage(static_cast<size_t>(layout_.stages), 0);
+    for (int u = 0; u < layout_.vstages(); ++u)
+      layers_per_stage[static_cast<size_t>(u % layout_.stages)] +=
+          layout_.layers[static_cast<size_t>(u)];
+    const PipelineMeter::Summary bubble =
+        meter_->write(grid_->pp(), *workers_, grid_->dp().rank(), grid_->coord().tp, *model_,
+                      layers_per_stage, options_.out_dir);
+    if (lead_ && options_.verbose)
+      std::printf(
+          "pipeline %s: bubble %.4f measured (idle share %.4f), %.4f simulated at the "
+          "measured costs, %.4f closed form\n",
+          pp::describe(schedule_).c_str(), bubble.bubble, bubble.idle_share, bubble.bubble_sim,
+          bubble.bubble_formula);
+  }
+
+  Comm& world_;
+  const Config& config_;
+  const TrainOptions& options_;
+  Progress& progress_;
+  const Stopwatch wall_;
+  TrainResult result_;
+  // plan()
+  NetModel network_;
+  HeteroPlan hetero_;
+  DatasetPair data_;
+  LoopOptions o_;
+  std::string sync_name_;
+  StepPlan plan_;
+  SyncCapabilities backend_;
+  Device device_ = Device::kCpu;
+  pp::Schedule schedule_;
+  StageLayout layout_;
+  // build_grid()
+  int trainers_ = 0, grid_t_ = 1;
+  std::unique_ptr<Allreducer> hybrid_dp_;
+  GridShape shape_;
+  std::unique_ptr<ProcessGrid> grid_;
+  std::unique_ptr<Allreducer> tp_allreduce_;
+  std::unique_ptr<TpGroup> tp_;
+  // build_model()
+  std::unique_ptr<Model> model_;
+  ParamStore store_;
+  std::vector<std::pair<int, int>> chunk_params_;  // [chunk] its parameters' store indices
+  std::vector<TiedParam> tied_;
+  std::vector<float> tied_scratch_;
+  // plan_checkpoints_and_stops()
+  JobIdentity job_;
+  DpResize resize_;
+  int64_t first_step_ = -1;
+  // start_sync(), start_overlap(), restore()
+  std::unique_ptr<SyncInit> init_;
+  SyncSetup setup_;
+  Comm* workers_ = nullptr;
+  GradientSync* sync_ = nullptr;
+  int d_ = 1;
+  int64_t local_batch_ = 0;
+  bool holds_loss_ = false;
+  std::unique_ptr<OverlapSync> overlap_;
+  double restore_s_ = 0;
+  // start_loop()
+  std::unique_ptr<Tracer> tracer_;
+  std::unique_ptr<pp::StageExecutor> executor_;
+  std::unique_ptr<PipelineMeter> meter_;
+  RunEnd run_end_;
+  bool lead_ = false;
+  std::unique_ptr<StepLog> log_;
+  int64_t tp_formula_ = 0, gather_formula_ = 0, hybrid_floats_ = 0, pp_formula_ = 0,
+          dp_formula_ = 0;
+  // train_steps()
+  Batch batch_;
+  std::vector<int64_t> order_;
+  int64_t order_epoch_ = -1;
+  double train_time_ = 0;
+  int64_t steps_done_ = 0;
+};
+
+TrainResult run_training(Comm& world, const Config& config, const TrainOptions& options,
+                         Progress& progress) {
+  return TrainingRun(world, config, options, progress).run();
 }
 
 }  // namespace

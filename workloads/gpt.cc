@@ -28,22 +28,6 @@ int64_t floats_of(std::initializer_list<const Buffer*> buffers) {
 }
 }  // namespace
 
-Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::kNone;
-  if (name == "selective") return Recompute::kSelective;
-  if (name == "full") return Recompute::kFull;
-  throw ConfigError("train.recompute: '" + name + "' is not a mode (none, selective, full)");
-}
-
-const char* recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
-  }
-  return "?";
-}
-
 ParallelAttentionOptions gpt_attention_options(const GptOptions& o, int l) {
   return {.name = gpt_block_name(l) + ".attn",
           .d_model = o.d_model,

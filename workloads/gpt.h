@@ -60,6 +60,7 @@
 #include <string>
 #include <vector>
 
+#include "core/recompute.h"
 #include "modelpar/tp/group.h"
 #include "modelpar/tp/parallel_attention.h"
 #include "modelpar/tp/parallel_mlp.h"
@@ -67,11 +68,6 @@
 #include "workloads/model.h"
 
 namespace psar {
-
-enum class Recompute { kNone, kSelective, kFull };
-// "none" | "selective" | "full"; ConfigError otherwise.
-Recompute parse_recompute(const std::string& name);
-const char* recompute_name(Recompute r);
 
 struct GptOptions {
   int64_t vocab = 0, seq_len = 32, layers = 2, d_model = 64, heads = 4;

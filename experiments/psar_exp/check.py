@@ -150,12 +150,16 @@ FOLDERS = {
     "tp_comm": sweep("tp_comm"),
     "tp_step": sweep("tp_step"),
     "ps_curve": script("ps_curve"),
+    "ps_lite": script("ps_lite"),
     "hybrid_cnn": script("hybrid_cnn"),
     "hybrid_cnn_crossover": script("hybrid_cnn"),
     "where_ps_wins": script("where_ps_wins"),
-    "collective_engine": folder_script("table.py", ["data", "922cf5b", "f721acc"], "table.md"),
+    "collective_engine": folder_script("table.py", ["data", "922cf5b", "6f31694"], "table.md"),
     "zero": script("zero"),
     "sparse_ps": script("sparse_ps"),
+    "pp_hop": script("pp_hop"),
+    "gloo_tcp": folder_script("table.py", ["data"], "table.md"),
+    "cluster_emulator": folder_script("table.py", ["data"], "table.md"),
 }
 
 PROVENANCE = re.compile(re.escape(runner.PROVENANCE_BEGIN) + r"\n(.*?)" +

@@ -202,6 +202,7 @@ StageRun StageExecutor::run() {
   for (size_t k = 0; k < program_.size(); ++k) {
     const Step& step = program_[k];
     const Action& a = step.action;
+    std::pair<double, double> recv_span{0, 0}, send_span{0, 0};  // traced after the send
     std::span<const float> x;
     if (step.input) {
       if (receives[k].valid()) {
@@ -209,10 +210,7 @@ StageRun StageExecutor::run() {
         await(receives[k], *step.input, a);
         const double t1 = now_seconds();
         out.recv_wait_s += t1 - t0;
-        if (tracer)
-          tracer->span(("recv " + cell_label(a, schedule_.chunks)).c_str(), "recv", t0, t1, 0,
-                       transfer_args(*step.input, step.input->from_stage,
-                                     static_cast<int64_t>(wire(*step.input).size())));
+        recv_span = {t0, t1};
         if (gather_comm_) {  // the slices of every TP rank, into the whole tensor
           const CommCounters before = gather_comm_->counters();
           gather_->all_gather(*gather_comm_, std::span<float>(buffer(*step.input)));
@@ -247,6 +245,14 @@ StageRun StageExecutor::run() {
     }
     armed_chunk_ = -1;
     const double end = now_seconds();
+    // The output first: its consumer may be waiting for it, and nothing
+    // below (the accounting, the trace) is on its path.
+    if (step.output && !step.output->local()) {
+      const Transfer& t = *step.output;
+      sends.emplace_back(comm_.isend(t.to_stage, std::span<const float>(wire(t)), t.tag), &step);
+      send_span = {end, now_seconds()};
+      out.send_s += send_span.second - send_span.first;
+    }
     out.spans.push_back({a, start, end});
     out.compute_s += end - start - (out.param_wait_s - waited);
     // The stash after the action, before a finished micro-batch is freed.
@@ -256,17 +262,17 @@ StageRun StageExecutor::run() {
     out.peak_activations = std::max(out.peak_activations, live_count_);
     out.peak_activation_bytes = std::max(out.peak_activation_bytes, live_bytes);
     if (a.op == Op::kBackward || a.op == Op::kBackwardWeight) release(a.chunk, a.microbatch);
-    if (tracer) tracer->span(cell_label(a, schedule_.chunks).c_str(), category(a.op), start, end);
-
-    if (step.output && !step.output->local()) {
-      const Transfer& t = *step.output;
-      const double t0 = now_seconds();
-      sends.emplace_back(comm_.isend(t.to_stage, std::span<const float>(wire(t)), t.tag), &step);
-      const double t1 = now_seconds();
-      out.send_s += t1 - t0;
-      if (tracer)
-        tracer->span(("send " + cell_label(a, schedule_.chunks)).c_str(), "send", t0, t1, 0,
-                     transfer_args(t, t.to_stage, static_cast<int64_t>(wire(t).size())));
+    if (tracer) {
+      const std::string cell = cell_label(a, schedule_.chunks);
+      if (recv_span.second > 0)
+        tracer->span(("recv " + cell).c_str(), "recv", recv_span.first, recv_span.second, 0,
+                     transfer_args(*step.input, step.input->from_stage,
+                                   static_cast<int64_t>(wire(*step.input).size())));
+      tracer->span(cell.c_str(), category(a.op), start, end);
+      if (send_span.second > 0)
+        tracer->span(("send " + cell).c_str(), "send", send_span.first, send_span.second, 0,
+                     transfer_args(*step.output, step.output->to_stage,
+                                   static_cast<int64_t>(wire(*step.output).size())));
     }
   }
   out.start = out.spans.empty() ? now_seconds() : out.spans.front().start;

@@ -14,7 +14,9 @@
 //      a message that arrives soon — the usual case in a steady state — is
 //      seen within µs, while a rank waiting out a bubble leaves the cores to
 //      ranks that compute; the communicator's deadline bounds every wait),
-//      runs the model, and posts the output with isend without waiting for it;
+//      runs the model, and posts the output with isend without waiting for it
+//      — before anything else, since its consumer may be waiting: the
+//      accounting and the trace spans of the action come after the send;
 //   3. waits for its sends to complete before returning, since their
 //      buffers are reused by the next batch.
 // With p = 1 (both sides of a transfer on one rank) the tensor is handed over

@@ -18,12 +18,16 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "comm/inproc_comm.h"
 #include "core/errors.h"
+#include "core/trace.h"
 #include "modelpar/pp/executor.h"
 #include "modelpar/pp/generators.h"
 #include "modelpar/pp/partition.h"
@@ -222,6 +226,56 @@ TEST(Executor, AFailingStageFailsEveryStageInsteadOfHanging) {
     EXPECT_THAT(e.what(), HasSubstr("layer failed on purpose"));
   }
   EXPECT_GE(failed.load(), 2);  // the faulty stage and at least one that waited on it
+}
+
+// The hop's first part: an action's output is posted at the instant its
+// compute ends (the send span begins at the action span's end, to the
+// trace's ns), before the accounting and the trace spans of the action, which
+// would otherwise delay a consumer that waits for it.
+TEST(Executor, PostsEachOutputTheMomentItsActionEnds) {
+  const Schedule schedule = make_schedule("interleaved", {2, 4, 2, 0});
+  std::mutex mu;
+  std::vector<std::string> tracks;
+  run_inproc(2, [&](Comm& comm) {
+    SyntheticStages model(zero_time(schedule.virtual_stages() + 1),
+                          {nullptr, layout_for(schedule, comm.rank())});
+    ParamStore store;
+    for (int chunk = 0; chunk < schedule.chunks; ++chunk) model.declare(store, chunk);
+    store.finalize(1);
+    model.bind(store);
+    Tracer tracer(true);
+    StageExecutor(schedule, comm, model, {.tracer = &tracer}).run();
+    std::lock_guard<std::mutex> lock(mu);
+    tracks.push_back(tracer.events_json(comm.rank()));
+  });
+  int sends = 0;
+  for (const std::string& track : tracks) {
+    std::map<std::string, double> ends;                  // action span name -> end (µs)
+    std::vector<std::pair<std::string, double>> posted;  // its send's start
+    std::istringstream lines(track);
+    for (std::string line; std::getline(lines, line);) {
+      auto field = [&](const char* key) {  // the value after "key":
+        const size_t at = line.find(std::string("\"") + key + "\":");
+        return at == std::string::npos ? std::string() : line.substr(at + std::strlen(key) + 3);
+      };
+      const std::string name_f = field("name"), cat_f = field("cat");
+      if (line.find("\"ph\":\"X\"") == std::string::npos || name_f.empty()) continue;
+      const std::string name = name_f.substr(1, name_f.find('"', 1) - 1);
+      const std::string cat = cat_f.substr(1, cat_f.find('"', 1) - 1);
+      const double ts = std::stod(field("ts")), dur = std::stod(field("dur"));
+      if (cat == "send" && name.rfind("send ", 0) == 0)
+        posted.emplace_back(name.substr(5), ts);
+      else if (cat != "recv" && cat != "send")
+        ends[name] = ts + dur;
+    }
+    for (const auto& [action, ts] : posted) {
+      ASSERT_TRUE(ends.count(action)) << action;
+      EXPECT_NEAR(ts, ends[action], 2e-3) << "the send of " << action << " was posted "
+                                          << ts - ends[action] << " µs after the action ended";
+      ++sends;
+    }
+  }
+  EXPECT_EQ(sends, 2 * schedule.microbatches * (schedule.virtual_stages() - 1));
 }
 
 TEST(Executor, AStageThatNeverSendsIsATimeoutNamingTheTransfer) {

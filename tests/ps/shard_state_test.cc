@@ -106,6 +106,63 @@ INSTANTIATE_TEST_SUITE_P(Workers, Bsp,
                                            BspCase{2, 0, false}, BspCase{2, 4099, false},
                                            BspCase{3, 17, true}, BspCase{5, 1000, false}));
 
+// The gradients are summed while they arrive, yet bit for bit as one sum in
+// worker order at the end (average_gradients, then one optimizer step); the
+// receive buffers of the workers already summed are let go at once.
+TEST(Bsp, SumsThePushesAsTheyArriveBitForBitAsInWorkerOrderAtTheEnd) {
+  struct Case {
+    int workers, backup;
+    std::vector<int> order;  // arrival order; the first workers − backup count
+    std::vector<int> held;   // receive buffers held after each push but the completing one
+  };
+  const std::vector<Case> cases = {
+      {4, 0, {0, 1, 2, 3}, {1, 1, 1}},     // in order: one buffer, the running sum
+      {4, 0, {3, 2, 1, 0}, {1, 2, 3}},     // reversed: nothing to sum before the last
+      {4, 0, {1, 0, 3, 2}, {1, 1, 2}},     // 0 after 1: both summed at once
+      {4, 0, {2, 0, 1, 3}, {1, 2, 1}},
+      {5, 1, {4, 0, 2, 1, 3}, {1, 2, 3}},  // backup: 3 is late, 0 1 2 4 averaged
+  };
+  const int64_t size = 5000;  // more than two of the average's blocks
+  const auto opt = testing::sgd(0.05f, 0.9f);
+  const auto init = initial_params(size);
+  for (const Case& c : cases) {
+    ShardStateOptions o = shard(size, c.workers, Consistency::kBsp, 0, opt);
+    o.backup_workers = c.backup;
+    ShardState s(o, init);
+    const size_t completing = static_cast<size_t>(c.workers - c.backup) - 1;
+    for (size_t i = 0; i < c.order.size(); ++i) {
+      const bool changed = s.push(c.order[i], 0, owned(make_grad(c.order[i], 0, size)));
+      EXPECT_EQ(changed, i == completing);
+      if (i < completing) EXPECT_EQ(s.held(0), c.held[i]) << "after the push of worker " << c.order[i];
+      if (i >= completing) EXPECT_EQ(s.held(0), 0);
+    }
+    // Independently: every counted gradient summed at the end, in worker order.
+    std::vector<int> counted(c.order.begin(), c.order.begin() + static_cast<long>(completing) + 1);
+    std::sort(counted.begin(), counted.end());
+    std::vector<std::vector<float>> grads;
+    std::vector<const float*> ptrs;
+    for (int w : counted) grads.push_back(make_grad(w, 0, size));
+    for (const auto& g : grads) ptrs.push_back(g.data());
+    std::vector<float> avg(static_cast<size_t>(size));
+    average_gradients(avg, ptrs);
+    std::vector<float> want = init;
+    make_optimizer(opt, size)->step(want, avg);
+    const auto got = s.params().view();
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin(), want.end()))
+        << c.workers << " workers, arrival " << ::testing::PrintToString(c.order);
+    EXPECT_EQ(s.last_averaged(), static_cast<int>(counted.size()));
+  }
+}
+
+TEST(Bsp, UnderContinueKeepsEveryPushApartUntilItsClockIsApplied) {
+  ShardStateOptions o = shard(8, 3);
+  o.continue_on_failure = true;
+  ShardState s(o, initial_params(8));
+  s.push(0, 0, owned(make_grad(0, 0, 8)));
+  s.push(1, 0, owned(make_grad(1, 0, 8)));
+  EXPECT_EQ(s.held(0), 2);  // fail() may still discard either
+}
+
 TEST(Bsp, RejectsOutOfOrderClocksUnknownWorkersAndRunningAhead) {
   ShardState s(shard(4, 2), initial_params(4));
   EXPECT_EQ(status_of([&] { s.push(0, 1, owned(make_grad(0, 1, 4))); }), wire::STATUS_BAD_CLOCK);

@@ -15,6 +15,7 @@
 #include "modelpar/pp/generators.h"
 #include "modelpar/pp/partition.h"
 #include "sim/collective.h"
+#include "trainer/schema.h"
 #include "sim/step.h"
 
 namespace psar::sim {
@@ -49,6 +50,21 @@ TEST_P(Ranks, RingAllreduceTakesTwoPMinusOneAlphaPlusTwoPMinusOneOverPNBeta) {
   const Program ring = find_allreducer("ring").program_for(p, count, {});
   const double t = run_groups(net, {{&ring, iota(p), 0.0, 4.0}})[0];
   const double expected = 2 * (p - 1) * kAlpha + 2.0 * (p - 1) / p * n / kBandwidth;
+  EXPECT_NEAR(t, expected, 1e-12 * expected);
+}
+
+// A bus efficiency e on the NICs: the ring's bandwidth term over e, its
+// latency unchanged; e read off the table at the ring's whole vector.
+TEST_P(Ranks, ARingAtBusEfficiencyEPaysItsBandwidthTermOverE) {
+  const int p = GetParam();
+  const int64_t count = 840 * 1024;
+  const double n = 4.0 * static_cast<double>(count);
+  ClusterSpec c = uniform(p);
+  c.inter.efficiency = {{n / 4, 0.2}, {n * 4, 0.8}};  // n sits halfway in log n: 0.5
+  const Network net(c);
+  const Program ring = find_allreducer("ring").program_for(p, count, {});
+  const double t = run_groups(net, {{&ring, iota(p), 0.0, 4.0}})[0];
+  const double expected = 2 * (p - 1) * kAlpha + 2.0 * (p - 1) / p * n / (0.5 * kBandwidth);
   EXPECT_NEAR(t, expected, 1e-12 * expected);
 }
 
@@ -177,6 +193,29 @@ TEST(ParameterServer, EveryFloatIsPushedAndPulledOncePerWorker) {
 
 // Wave quantization against its closed form, and without it (sms = 0) the
 // GEMM times are the FLOP count over the rate.
+TEST(Links, EfficiencyIsInterpolatedInLogSizeAndHeldFlatOutside) {
+  LinkSpec link{1e9, 0.0, {}};
+  EXPECT_EQ(link_efficiency(link, 123.0), 1.0);  // no table: ideal
+  link.efficiency = {{1 << 20, 0.2}, {16 << 20, 0.6}, {256 << 20, 0.9}};
+  EXPECT_DOUBLE_EQ(link_efficiency(link, 1024.0), 0.2);
+  EXPECT_DOUBLE_EQ(link_efficiency(link, 1 << 20), 0.2);
+  EXPECT_DOUBLE_EQ(link_efficiency(link, 4 << 20), 0.4);  // a quarter of the way in log: half
+  EXPECT_DOUBLE_EQ(link_efficiency(link, 64 << 20), 0.75);
+  EXPECT_DOUBLE_EQ(link_efficiency(link, 1e12), 0.9);
+}
+
+TEST(Links, ABadEfficiencyTableNamesTheKey) {
+  auto load = [](const std::string& table) {
+    return Config::load_string("model: {type: gpt}\n", config_schema(),
+                               {"cluster.inter.efficiency=" + table});
+  };
+  EXPECT_THAT([&] { cluster_from_config(load("[16M:0.5, 1M:0.2]")); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("cluster.inter.efficiency")));
+  EXPECT_THAT([&] { cluster_from_config(load("[1M:1.5]")); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("share in (0, 1]")));
+  EXPECT_EQ(cluster_from_config(load("[1M:0.25, 4M:0.5]")).inter.efficiency.size(), 2u);
+}
+
 TEST(Gemm, WaveEfficiencyIsTheFilledShareOfTheLastWave) {
   GpuSpec gpu{1e12, 0.5, 0.0, 0};
   EXPECT_EQ(gemm_wave_efficiency(gpu, 1, 100, 100), 1.0);  // off
@@ -190,6 +229,30 @@ TEST(Gemm, WaveEfficiencyIsTheFilledShareOfTheLastWave) {
   // one full wave.
   gpu.tiles = {{128, 256}, {160, 256}};
   EXPECT_DOUBLE_EQ(gemm_wave_efficiency(gpu, 1, 5 * 128, 256), 1.0);
+}
+
+TEST(Gemm, AGemmTakesTheSlowerOfItsMathAndItsMemory) {
+  GpuSpec gpu{1e12, 0.5, 0.0, 0};
+  // Math: 2·batch·r·c·k / (peak·efficiency); memory: 2 bytes per operand
+  // element read and per output element written.
+  auto math = [](double batch, double r, double c, double k) { return 2 * batch * r * c * k / 5e11; };
+  auto memory = [](double batch, double r, double c, double k) {
+    return 2 * batch * (r * k + k * c + r * c) / 1e9;
+  };
+  EXPECT_DOUBLE_EQ(gemm_seconds(gpu, 2, 64, 64, 8), math(2, 64, 64, 8));  // no bandwidth: math
+  gpu.memory_bandwidth = 1e9;
+  EXPECT_DOUBLE_EQ(gemm_seconds(gpu, 2, 64, 64, 8), memory(2, 64, 64, 8));  // a thin inner dim
+  EXPECT_GT(memory(2, 64, 64, 8), math(2, 64, 64, 8));
+  EXPECT_DOUBLE_EQ(gemm_seconds(gpu, 1, 4096, 4096, 4096), math(1, 4096, 4096, 4096));
+  EXPECT_GT(math(1, 4096, 4096, 4096), memory(1, 4096, 4096, 4096));
+  // The attention core at head dimension 128 is memory-bound on an A100's
+  // data sheet; FlashAttention (on chip) leaves it its math.
+  const GpuSpec a100{312e12, 1.0, 0.0, 0, 0, 2039e9};
+  const GptShape g{1, 12288, 96, 2048, 51200};
+  const double heads = 96.0 / 8, s = 2048, d = 128;
+  EXPECT_DOUBLE_EQ(attention_core_seconds(g, 1, 8, a100),
+                   2 * 2 * heads * (2 * s * d + s * s) / 2039e9);
+  EXPECT_DOUBLE_EQ(attention_core_seconds(g, 1, 8, a100, true), 2 * 2 * heads * s * s * d / 312e12);
 }
 
 TEST(Gemm, WithoutWavesABlockTakesItsFlopsOverTheRate) {
@@ -330,7 +393,15 @@ TEST(Memory, TheBlocksElementwiseBytesCostBytesOverBandwidthThreeTimes) {
   // The cross-entropy over b·s·V = 32 logits per micro-batch: forward
   // 2 + 8 bytes each, backward 4 + 2; Adam's step 30 bytes per parameter.
   const double logits = 1.0 * 32 * 1;
+  // The GEMMs' memory bound (gemm_seconds) on this tiny block, too.
+  GpuSpec no_memory = c.gpu;
+  no_memory.memory_bandwidth = 0;
+  auto total = [](const GemmSeconds& g) { return g.forward + g.input_grad + g.weight_grad; };
+  const double gemm = total(block_gemm_seconds(s.model, s.microbatch, 1, c.gpu)) -
+                      total(block_gemm_seconds(s.model, s.microbatch, 1, no_memory));
+  EXPECT_GT(gemm, 0);
   const double expected = 3 * s.microbatches * s.model.layers * per_layer +
+                          s.microbatches * s.model.layers * gemm +
                           s.microbatches * logits * (10 + 6) / 1e9 +
                           30.0 * static_cast<double>(model_params(s.model)) / 1e9;
   EXPECT_NEAR(on.step_s - off.step_s, expected, 1e-9 * expected);
@@ -460,6 +531,24 @@ TEST(Zero, StagesOneAndTwoReduceScatterThenAllGather) {
   s.sync = "ps";
   EXPECT_THAT([&] { check_step(s, c); },
               ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("sync.zero")));
+}
+
+// --overlap-param-gather: only the first bucket's gather stays in the step,
+// (d−1)α + (d−1)/d·2c·β for a bucket of c weights.
+TEST(Zero, OverlappedParamGatherExposesOneBucket) {
+  const int layers = 4, d = 2;
+  const ClusterSpec c = uniform(d);
+  StepSpec s = overlapped(layers, d);
+  s.overlap = false;
+  s.zero = 1;
+  s.overlap_param_gather = true;
+  s.bucket_bytes = 4 * block_params(s.model);  // one block's fp32 gradients
+  const double n = static_cast<double>(model_params(s.model));
+  const double bucket = static_cast<double>(block_params(s.model));
+  const double rs = (d - 1) * kAlpha + (d - 1.0) / d * 4 * n / kBandwidth;
+  const double ag = (d - 1) * kAlpha + (d - 1.0) / d * 2 * bucket / kBandwidth;
+  const StepResult r = simulate_step(c, s);
+  EXPECT_NEAR(r.step_s, r.pipeline_s + rs + ag, 1e-9 * r.step_s);
 }
 
 // ZeRO-3 with compute much slower than the network: each action waits for

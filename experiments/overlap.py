@@ -33,7 +33,6 @@ import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -109,7 +108,7 @@ def run_point(binary, exp_path, out, ranks, sets, dry_run, extra=()):
         return None
     if os.path.isdir(out):
         shutil.rmtree(out)
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    p = runner.launch(cmd, echo=False)
     if p.returncode != 0:
         raise runner.RunError(f"point {out} failed (exit code {p.returncode}):\n"
                               f"{p.stdout[-4000:]}{p.stderr[-4000:]}")

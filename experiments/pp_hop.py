@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import time
 from collections import Counter, defaultdict
 
@@ -49,7 +48,7 @@ def slug(label):
 def vmstat_steal():
     """The steal column (%) of `vmstat 1 3`'s last line, or '' without vmstat."""
     try:
-        out = subprocess.run(["vmstat", "1", "3"], capture_output=True, text=True).stdout
+        out = runner.run(["vmstat", "1", "3"], echo=False)
     except OSError:
         return ""
     lines = out.splitlines()
@@ -123,7 +122,7 @@ def measure(args, commit_of):
                 out = os.path.join(args.tmp, f"{slug(label)}_{side}_rep{rep}")
                 with open(machine, "a") as f:
                     f.write(f"## {label} {side} rep {rep}\n")
-                    f.write(subprocess.run(["uptime"], capture_output=True, text=True).stdout)
+                    f.write(runner.run(["uptime"], echo=False))
                 row, pressure, load, steal = run_once(sides[side], label, exp, sets, out,
                                                       args.high_priority, False)
                 shutil.copy(os.path.join(out, "pipeline.csv"),

@@ -22,7 +22,6 @@ pp_mlp pp_mlp_p4 pp_gpt pp_gpt_p4 pp_timeline. Runs at nice -10 when allowed (ro
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import time
 
@@ -59,7 +58,7 @@ def run_point(cmd, out, quiet, tries, wait):
         if os.path.isdir(out):
             shutil.rmtree(out)
         total0, t0 = stall_us()[0], time.time()
-        rc = subprocess.call(cmd)
+        rc = runner.launch(cmd, stream=True, echo=False).returncode
         if rc != 0:
             raise runner.RunError(f"{' '.join(cmd)} failed (exit code {rc})")
         pressure = 100 * (stall_us()[0] - total0) / 1e6 / (time.time() - t0)
@@ -107,8 +106,8 @@ def main():
         write_csv(os.path.join(out_root, "summary.csv"),
                   runner.summary_rows(exp, out_root, points))
         runner.record_provenance(out_root, state)
-    subprocess.run([sys.executable, os.path.join(HERE, "pp_report.py"), "--results", args.results],
-                   check=True)
+    runner.run([sys.executable, os.path.join(HERE, "pp_report.py"), "--results", args.results],
+               stream=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ and summary.csv) and writes results/pp_measured/.
 import argparse
 import os
 import re
-import subprocess
 import sys
 from collections import defaultdict
 
@@ -194,8 +193,8 @@ def timelines(results, out, draw=True):
         if os.path.exists(trace):
             png = os.path.join(out, f"timeline_{name}.png")
             if draw:
-                    subprocess.run([sys.executable, os.path.join(HERE, "plot.py"), "--timeline",
-                                trace, "--out", png], check=True)
+                runner.run([sys.executable, os.path.join(HERE, "plot.py"), "--timeline", trace,
+                            "--out", png], echo=False)
             drawn.append(os.path.basename(png))
     return drawn
 

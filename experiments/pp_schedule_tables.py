@@ -14,7 +14,6 @@ python3 -m psar_exp check holds the README's tables and grids.txt to psar.
 
 import argparse
 import os
-import subprocess
 import sys
 
 from psar_exp import runner
@@ -30,7 +29,7 @@ def run(psar, kind, p, m, v=1, costs=(1, 1, 1), extra=()):
     cmd = [psar, "schedule", "--kind", kind, "--stages", str(p), "--microbatches", str(m),
            "--chunks", str(v), "--tf", str(costs[0]), "--tb", str(costs[1]),
            "--tw", str(costs[2]), *extra]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = runner.run(cmd, echo=False)
     values = {}
     for line in out.splitlines():
         parts = line.split()

@@ -24,7 +24,6 @@ import argparse
 import fcntl
 import os
 import statistics
-import subprocess
 import signal
 import tempfile
 from collections import defaultdict
@@ -63,8 +62,8 @@ def hold_measure_lock(wait_s):
 
 
 def machine_lines():
-    up = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    vm = subprocess.run(["vmstat", "1", "3"], capture_output=True, text=True).stdout.rstrip()
+    up = runner.run(["uptime"], echo=False).strip()
+    vm = runner.run(["vmstat", "1", "3"], echo=False).rstrip()
     return [f"uptime: {up}", "vmstat 1 3:", vm]
 
 

@@ -29,7 +29,6 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 from collections import defaultdict
 
 from psar_exp import ROOT, costs, report, runner
@@ -47,7 +46,7 @@ def run_point(binary, exp_path, out, ranks, sets, dry_run):
     if os.path.isdir(out):
         shutil.rmtree(out)
     env = dict(os.environ, PSAR_LOG="info", PSAR_LOG_SUBSYS="ps")
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    p = runner.launch(cmd, env=env, echo=False)
     if p.returncode != 0:
         raise runner.RunError(f"point {out} failed (exit code {p.returncode}):\n"
                               f"{p.stdout[-4000:]}{p.stderr[-4000:]}")

@@ -29,7 +29,6 @@ cluster instead (scripts/cluster.sh up first; docs/network.md), through
 import argparse
 import os
 import shutil
-import subprocess
 
 from psar_exp import report, runner
 from psar_exp.io import write_csv
@@ -71,7 +70,7 @@ def main():
             continue
         if os.path.isdir(out):
             shutil.rmtree(out)  # a point's directory always holds one complete run
-        rc = subprocess.call(cmd)
+        rc = runner.launch(cmd, stream=True, echo=False).returncode
         if rc != 0:
             raise runner.RunError(f"point {point.name} failed (exit code {rc}); results so far "
                                   f"in {out_root}")

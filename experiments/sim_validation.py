@@ -34,7 +34,6 @@ import fcntl
 import json
 import os
 import statistics
-import subprocess
 import tempfile
 import time
 
@@ -153,8 +152,7 @@ def measure(args):
 def simulate(psar, sets):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "r.json")
-        subprocess.run([psar, "simulate", SIM_CONFIG, "--json", out] + sets_args(sets),
-                       check=True, stdout=subprocess.DEVNULL)
+        run([psar, "simulate", SIM_CONFIG, "--json", out] + sets_args(sets), echo=False)
         with open(out) as f:
             return json.load(f)
 

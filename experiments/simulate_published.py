@@ -19,14 +19,13 @@ import argparse
 import csv
 import json
 import os
-import subprocess
 import tempfile
 
 import yaml
 
 from psar_exp import ROOT
 from psar_exp.io import md_table, write_text
-from psar_exp.runner import add_output_flags, begin, main_guard, output_root, psar_binary, \
+from psar_exp.runner import add_output_flags, begin, launch, main_guard, output_root, psar_binary, \
     record_provenance
 
 CONFIGS = os.path.join(ROOT, "experiments", "simulate")
@@ -75,7 +74,7 @@ def simulate(psar, row):
             cmd = [psar, "simulate", os.path.join(CONFIGS, BASE[row["gpu"]]), "--json", out]
             for s in sets(row, v):
                 cmd += ["--set", s]
-            done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            done = launch(cmd, echo=False)
             if done.returncode != 0:
                 if row["v"] == "best":
                     continue  # a v the schedule does not admit

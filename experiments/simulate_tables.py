@@ -19,13 +19,13 @@ usage: experiments/simulate_tables.py [--out results/simulate]
 import argparse
 import json
 import os
-import subprocess
 import tempfile
 import time
 
 from psar_exp import ROOT
 from psar_exp.io import md_table, write_text
-from psar_exp.runner import add_output_flags, begin, output_root, psar_binary, record_provenance
+from psar_exp.runner import (add_output_flags, begin, output_root, psar_binary,
+                              record_provenance, run)
 
 CONFIGS = os.path.join(ROOT, "experiments", "simulate")
 CALIBRATION_ROW = "megatron_145p6b"
@@ -52,7 +52,7 @@ def simulate(psar, config, sets=()):
         for s in sets:
             cmd += ["--set", s]
         t0 = time.monotonic()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        run(cmd, echo=False)
         wall = time.monotonic() - t0
         with open(out) as f:
             r = json.load(f)

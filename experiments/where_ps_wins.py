@@ -142,7 +142,7 @@ def one(psar, row, backend, run_dir):
 
         def launch(cmd):
             start = time.monotonic()
-            done = runner.subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+            done = runner.launch(cmd, timeout=1800, echo=False)
             if done.returncode != 0:  # the killed attempt: its rows up to the kill
                 killed["s"] = sum(worker0(run_dir).values())
             else:

@@ -132,13 +132,13 @@ void Client::close() {
 void Client::round(wire::MessageType type, int64_t clock, std::span<const float> grads,
                    std::span<float> params, double timeout_s) {
   open_round(type, clock, grads, params);
-  // One request per chunk (a goodbye: one per shard), chunk 0 of every shard
-  // first, so that every server has work as early as possible.
-  int most = 0;
-  for (const auto& s : shards_) most = std::max(most, s.waiting);
-  for (int c = 0; c < most; ++c)
-    for (auto& s : shards_)
-      if (c < static_cast<int>(s.answered.size())) send_chunk(s, c);
+  // One request per chunk (a goodbye: one per shard) in send_order: chunk 0
+  // of every shard first, so that every server has work as early as
+  // possible, each worker starting at a shard of its own.
+  std::vector<int64_t> chunks;
+  for (const auto& s : shards_) chunks.push_back(s.waiting);
+  for (const ChunkRef& r : send_order(options_.worker, chunks))
+    send_chunk(shards_[static_cast<size_t>(r.shard)], static_cast<int>(r.chunk));
   collect(timeout_s, /*block=*/true);
 }
 

@@ -34,6 +34,20 @@ int ShardLayout::chunk_containing(const KeyRange& keys) const {
   return chunk(static_cast<int>(first)).contains(keys) ? static_cast<int>(first) : -1;
 }
 
+std::vector<ChunkRef> send_order(int worker, std::span<const int64_t> chunks_per_shard) {
+  const int shards = static_cast<int>(chunks_per_shard.size());
+  PSAR_CHECK(worker >= 0, "send_order: worker ", worker);
+  int64_t most = 0;
+  for (int64_t c : chunks_per_shard) most = std::max(most, c);
+  std::vector<ChunkRef> order;
+  for (int64_t c = 0; c < most; ++c)
+    for (int j = 0; j < shards; ++j) {
+      const int s = (worker + j) % shards;
+      if (c < chunks_per_shard[static_cast<size_t>(s)]) order.push_back({s, c});
+    }
+  return order;
+}
+
 int64_t chunk_floats_for(int64_t chunk_bytes) {
   if (chunk_bytes <= 0)
     throw ConfigError("ps.chunk_bytes: must be positive, got " + std::to_string(chunk_bytes));

@@ -59,6 +59,24 @@ struct ShardLayout {
   int chunk_containing(const KeyRange& keys) const;
 };
 
+// A chunk of a job: shard (index into the plan) and chunk within it.
+struct ChunkRef {
+  int shard = 0;
+  int64_t chunk = 0;
+  bool operator==(const ChunkRef&) const = default;
+};
+
+// The order in which `worker` sends the chunks of one push_pull, given each
+// shard's chunk count: round c sends chunk c of every shard that has one,
+// worker w visiting the shards from w mod S on (w, w + 1, ..., S − 1, 0, ...).
+// With S ≥ N workers at any moment of a round each worker's chunk heads to a
+// shard of its own, so no shard's ingress takes N chunks at once while the
+// others idle — and a shard, which answers in arrival order, answers them
+// staggered too, so no worker's ingress takes S replies at once. The pipeline
+// fill stays one chunk's N replies (docs/theory.md, "The parameter server's
+// α-β form").
+std::vector<ChunkRef> send_order(int worker, std::span<const int64_t> chunks_per_shard);
+
 // Floats per chunk for a chunk size in bytes (at least one float).
 int64_t chunk_floats_for(int64_t chunk_bytes);
 

@@ -16,7 +16,6 @@ a new folder says how it is produced.
 import importlib.util
 import os
 import re
-import subprocess
 import sys
 
 from psar_exp import ROOT, report, runner
@@ -68,7 +67,7 @@ def folder_script(script, args, output):
         cmd = [sys.executable, os.path.join(folder, script),
                *[os.path.join(folder, a) if os.path.exists(os.path.join(folder, a)) else a
                  for a in args]]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        done = runner.launch(cmd, echo=False)
         if done.returncode != 0:
             raise ValueError(f"{' '.join(cmd)} failed: {done.stderr.strip()}")
         return {output: done.stdout}
@@ -154,6 +153,7 @@ FOLDERS = {
     "hybrid_cnn": script("hybrid_cnn"),
     "hybrid_cnn_crossover": script("hybrid_cnn"),
     "where_ps_wins": script("where_ps_wins"),
+    "spare_servers": script("spare_servers"),
     "collective_engine": folder_script("table.py", ["data", "922cf5b", "6f31694"], "table.md"),
     "zero": script("zero"),
     "sparse_ps": script("sparse_ps"),

@@ -1,13 +1,12 @@
 """The cost side of the experiments, from psar itself: the α-β-γ forms and
-exact byte counts of the allreduce algorithms come from `psar cost` (the
-registry in allreduce/registry.cc, stated in docs/algorithms.md); no formula
-of an allreduce is written here. What psar has no registry for lives here
-once: the parameter server's α-β model and byte counts, and the fit of α and
-β to measured times.
+exact byte counts of the allreduce algorithms (the registry in
+allreduce/registry.cc, stated in docs/algorithms.md) and of the parameter
+server (ps/cost.h, docs/theory.md) come from `psar cost`; no formula of
+either is written here. What lives here once: the parameter server's byte
+counts and the fit of α and β to measured times.
 """
 
 import json
-import subprocess
 
 from psar_exp import runner
 
@@ -16,18 +15,25 @@ class CostTable:
     """`psar cost` rows for every algorithm × p × n asked, keyed (algo, p, n)."""
 
     def __init__(self, rows, alpha=0.0, beta=0.0, gamma=0.0):
-        self.rows = {(r["algo"], r["ranks"], r["size"]): r for r in rows}
+        # The parameter server's rows (algo "ps") carry their server count.
+        self.rows = {(r["algo"], r["ranks"], r["size"], r.get("servers") or 0): r for r in rows}
         self.alpha, self.beta, self.gamma = alpha, beta, gamma
 
-    def _row(self, algo, p, n):
+    def _row(self, algo, p, n, servers=0):
         try:
-            return self.rows[(algo, int(p), int(n))]
+            return self.rows[(algo, int(p), int(n), int(servers))]
         except KeyError:
-            raise KeyError(f"no cost row for {algo} at p = {p}, n = {n} bytes (not asked of "
-                           "psar cost)") from None
+            raise KeyError(f"no cost row for {algo} at p = {p}, n = {n} bytes" +
+                           (f", S = {servers}" if servers else "") +
+                           " (not asked of psar cost)") from None
 
     def algos(self):
-        return list(dict.fromkeys(a for a, _, _ in self.rows))
+        return list(dict.fromkeys(a for a, _, _, s in self.rows if not s))
+
+    def ps_time(self, N, S, n):
+        """The parameter server's push_pull of n bytes by N workers over S
+        shards at the table's α and β (query with servers=[S])."""
+        return self._row("ps", N, n, S)["time_s"]
 
     def terms(self, algo, p, n):
         """Coefficients (a, b, c) of α, β, γ for one allreduce."""
@@ -48,9 +54,11 @@ class CostTable:
 
 
 def query(ranks, sizes, algos=None, segment_bytes=None, alpha=0.0, beta=0.0, gamma=0.0,
-          psar=None):
+          psar=None, servers=None, workers_per_nic=1, chunk_bytes=None):
     """Runs `psar cost --format json` for every p in ranks and n in sizes
-    (bytes, int or '4K'); algos None: every registered algorithm."""
+    (bytes, int or '4K'); algos None: every registered algorithm, ["none"]:
+    none. servers: the parameter server's rows too, for each S (p workers,
+    `workers_per_nic` on one NIC, chunks of chunk_bytes = ps.chunk_bytes)."""
     cmd = [runner.psar_binary(psar), "cost", "--format", "json",
            "--p", ",".join(str(p) for p in ranks), "--n", ",".join(str(n) for n in sizes),
            "--alpha", repr(float(alpha)), "--beta", repr(float(beta)),
@@ -59,7 +67,12 @@ def query(ranks, sizes, algos=None, segment_bytes=None, alpha=0.0, beta=0.0, gam
         cmd += ["--algos", ",".join(algos)]
     if segment_bytes is not None:
         cmd += ["--set", f"sync.segment_bytes={segment_bytes}"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    if servers:
+        cmd += ["--servers", ",".join(str(s) for s in servers),
+                "--workers-per-nic", str(workers_per_nic)]
+    if chunk_bytes is not None:
+        cmd += ["--set", f"ps.chunk_bytes={chunk_bytes}"]
+    done = runner.launch(cmd, echo=False)
     if done.returncode != 0:
         raise runner.RunError(f"psar cost failed ({done.returncode}): {done.stderr.strip()}")
     out = json.loads(done.stdout)
@@ -68,15 +81,13 @@ def query(ranks, sizes, algos=None, segment_bytes=None, alpha=0.0, beta=0.0, gam
 
 # ---- the parameter server (not an allreduce: no registry entry) ------------
 
-def ps_time(N, S, n, bandwidth, alpha, chunk, workers_per_node=1):
+def ps_time(N, S, n, bandwidth, alpha, chunk, workers_per_node=1, psar=None):
     """α-β time of one push + pull of n bytes by N workers over S shards, each
-    NIC at `bandwidth` bytes/s: every shard's NIC carries N·n/S in and out,
-    every worker's n (K·n where K workers share a node's NIC); with chunks
-    streamed push and pull overlap, so the busiest NIC's bytes plus the last
-    chunk's replies, and two latencies."""
-    busiest = max(N * n / S, workers_per_node * n)
-    tail = max(N, S) * min(chunk, n / S)
-    return (busiest + tail) / bandwidth + 2 * alpha
+    NIC at `bandwidth` bytes/s, in chunks of `chunk` bytes (ps.chunk_bytes),
+    K = workers_per_node workers on one NIC: psar cost's form (ps/cost.h)."""
+    return query([N], [int(n)], algos=["none"], alpha=alpha, beta=1 / bandwidth, psar=psar,
+                 servers=[S], workers_per_nic=workers_per_node,
+                 chunk_bytes=int(chunk)).ps_time(N, S, int(n))
 
 
 def ps_bytes_total(N, n):

@@ -184,8 +184,7 @@ def run_with_restarts(train_cmd, ranks, out, max_restarts, min_ranks=1, relaunch
     that fails before its first checkpoint starts again from step 0. Stops
     at the first success, after max_restarts relaunches, or below min_ranks
     ranks (RunError naming the attempts). Returns the attempts in order."""
-    launch = launch or (lambda cmd: subprocess.run(cmd, capture_output=True, text=True,
-                                                   timeout=timeout_s))
+    launch = launch or (lambda cmd: globals()["launch"](cmd, timeout=timeout_s, echo=False))
     attempts = []
     while True:
         step = latest_checkpoint_step(out) if attempts else None
@@ -238,18 +237,27 @@ def locked_train(psar, ranks, exp_path, run_dir, sets=()):
     return run(cmd)
 
 
-def run(cmd, high_priority=False, env=None):
-    """Runs a command, echoing it; returns its stdout. RunError with its
-    output when it fails. high_priority: in a session of its own at autogroup
-    nice -19 (root), so other sessions' compilations on a shared host perturb
-    the timing less (Linux autogroups make plain `nice` useless across
-    sessions)."""
-    print("+", " ".join(cmd), flush=True)
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env,
+def launch(cmd, env=None, timeout=None, high_priority=False, stream=False, echo=True):
+    """Every process the harness starts starts here: echoes `cmd` (unless
+    echo is off: the caller printed it), runs it and returns its
+    CompletedProcess, whatever its exit code. Output is captured, or with
+    `stream` passed through to this process's. high_priority: in a session
+    of its own at autogroup nice -19 (root), so other sessions' compilations
+    on a shared host perturb the timing less (Linux autogroups make plain
+    `nice` useless across sessions)."""
+    if echo:
+        print("+", " ".join(cmd), flush=True)
+    return subprocess.run(cmd, capture_output=not stream, text=True, env=env, timeout=timeout,
                           preexec_fn=_favored if high_priority else None)
+
+
+def run(cmd, high_priority=False, env=None, stream=False, timeout=None, echo=True):
+    """launch() that must succeed: returns its stdout (None with `stream`);
+    RunError with its output when it fails."""
+    done = launch(cmd, env, timeout, high_priority, stream, echo)
     if done.returncode != 0:
-        raise RunError(f"command failed ({done.returncode}): {' '.join(cmd)}\n"
-                       f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+        output = "" if stream else f"\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+        raise RunError(f"command failed ({done.returncode}): {' '.join(cmd)}{output}")
     return done.stdout
 
 

@@ -79,3 +79,16 @@ def test_ps_time_puts_a_nodes_workers_on_its_one_nic():
     assert costs.ps_time(4, 1, n, B, 0.0, chunk) == costs.ps_time(4, 1, n, B, 0.0, chunk, 2)
     assert costs.ps_time(8, 4, n, B, 0.0, chunk) == pytest.approx((2 * n + 8 * chunk) / B)
     assert costs.ps_time(8, 4, n, B, 0.0, chunk, 4) == pytest.approx((4 * n + 8 * chunk) / B)
+
+
+def test_ps_rows_come_beside_the_allreduce_rows():
+    # S = N = 4 at 16 MiB in 256 KiB chunks: n plus the last chunk's 4 replies
+    # through one NIC, against the ring's 2(N − 1)/N·n.
+    n, c, beta = 16 << 20, 256 << 10, 1 / 125e6
+    t = costs.query([4], [n], algos=["ring"], beta=beta, alpha=50e-6, servers=[1, 4], chunk_bytes=c)
+    assert t.algos() == ["ring"]
+    assert t.ps_time(4, 4, n) == pytest.approx((n + 4 * c) * beta + 100e-6)
+    assert t.ps_time(4, 1, n) == pytest.approx((4 * n + 4 * c) * beta + 100e-6)
+    assert t.time("ring", 4, n, 0, beta) == pytest.approx(1.5 * n * beta)
+    with pytest.raises(KeyError, match="S = 2"):
+        t.ps_time(4, 2, n)

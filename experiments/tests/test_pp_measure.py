@@ -1,6 +1,7 @@
 """pp_measure.run_point keeps the quietest of its attempts, and only it."""
 
 import os
+import subprocess
 
 import pp_measure
 
@@ -15,12 +16,12 @@ def test_the_quietest_attempt_is_kept_and_nothing_else_is_left(tmp_path, monkeyp
     monkeypatch.setattr(pp_measure.time, "time", lambda: next(clock))
     attempts = []
 
-    def call(cmd):
+    def launch(cmd, **kwargs):
         attempts.append(len(attempts))
         os.makedirs(out)
         (out / "attempt.txt").write_text(str(attempts[-1]))
-        return 0
-    monkeypatch.setattr(pp_measure.subprocess, "call", call)
+        return subprocess.CompletedProcess(cmd, 0)
+    monkeypatch.setattr(pp_measure.runner, "launch", launch)
     pressure = pp_measure.run_point(["psar"], str(out), quiet=10, tries=3, wait=0)
     assert attempts == [0, 1, 2]
     assert abs(pressure - 20.0) < 1e-9

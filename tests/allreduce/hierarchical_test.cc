@@ -140,7 +140,8 @@ INSTANTIATE_TEST_SUITE_P(Allreduce, HierarchicalBytes, ::testing::ValuesIn(even_
 
 // The pairwise exchanges travel whole on one host and in segments across
 // hosts (below a TCP transport's eager limit, docs/algorithms.md,
-// "Segments"): more messages, the same bytes and the same sum.
+// "Segments"): more messages, the same bytes (each rank its program's) and
+// the same sum on every rank.
 TEST(PairwiseExchanges, SegmentAcrossNodesOnlyWithTheSameBytesAndSum) {
   constexpr int kRanks = 4;
   constexpr int64_t kCount = 64 * 1024;  // 256 KiB: 16 segments of 16 KiB
@@ -165,7 +166,16 @@ TEST(PairwiseExchanges, SegmentAcrossNodesOnlyWithTheSameBytesAndSum) {
             after.messages_sent - before.messages_sent, 0, 0};
         results[static_cast<size_t>(comm.rank())] = std::move(data);
       });
-      EXPECT_EQ(count_wrong(results[0], kSeed, kRanks), 0) << name;
+      // Every rank's sum (not rank 0's alone), and every rank's bytes as its
+      // program says (the closed form, not only the same in both layouts).
+      const Program program = find_allreducer(name).program_for(kRanks, kCount, options, node);
+      for (int r = 0; r < kRanks; ++r) {
+        EXPECT_EQ(count_wrong(results[static_cast<size_t>(r)], kSeed, kRanks), 0)
+            << name << ", rank " << r;
+        EXPECT_EQ(counters[static_cast<size_t>(r)].bytes_sent,
+                  program.sent_bytes(r, ElementType::kFp32))
+            << name << ", rank " << r;
+      }
       CommCounters& total = node[2] == 0 ? one_node : two_nodes;
       for (const CommCounters& c : counters) {
         total.bytes_sent += c.bytes_sent;

@@ -39,7 +39,7 @@ ProgramShape shape_of(int ranks, int64_t count, ElementType dtype = ElementType:
 
 TEST_P(Programs, EveryProgramIsWellFormed) {
   const auto [n, count] = GetParam();
-  for (ElementType t : {ElementType::kFp32, ElementType::kBf16}) {
+  for (ElementType t : {ElementType::kFp32, ElementType::kBf16, ElementType::kFp16}) {
     ProgramShape s = shape_of(n, count, t);
     for (const auto& e : allreducer_registry())
       if (e.program) {

@@ -33,26 +33,7 @@ using ::testing::HasSubstr;
 using testing::PipelineCase;
 using testing::pipeline_mlp_config;
 using testing::relative_difference;
-
-// Trains on `ranks` threads; checks every rank returned the same parameters
-// and test loss, and returns rank 0's result.
-TrainResult train_result(int ranks, const Config& cfg, const std::string& out = "") {
-  TrainResult first;
-  std::mutex mu;
-  run_inproc(ranks, [&](Comm& c) {
-    TrainOptions o;
-    o.out_dir = out;
-    TrainResult r = train(c, cfg, o);
-    std::lock_guard<std::mutex> lock(mu);
-    if (first.params.empty()) {
-      first = r;
-    } else {
-      EXPECT_EQ(r.params, first.params) << "rank " << c.rank();
-      EXPECT_EQ(r.test_loss, first.test_loss) << "rank " << c.rank();
-    }
-  });
-  return first;
-}
+using testing::train_result;
 
 std::vector<float> train_inproc(int ranks, const Config& cfg, const std::string& out = "") {
   return train_result(ranks, cfg, out).params;

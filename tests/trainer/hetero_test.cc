@@ -325,49 +325,39 @@ TEST(BackupWorkers, EveryClockDropsBPushesInTraining) {
   EXPECT_EQ(dropped, steps);
 }
 
+// Training `backend` for 2 steps on `ranks` ranks with `sets` is refused
+// before any work with a ConfigError whose message holds `what`.
+void expect_refused(int ranks, const std::string& backend, const std::vector<std::string>& sets,
+                    const std::string& what) {
+  Config cfg = small_mlp_config(backend, 2);
+  for (const std::string& s : sets) cfg.set(s);
+  const std::string message = train_config_error(ranks, cfg);
+  EXPECT_NE(message.find(what), std::string::npos) << "got: " << message;
+}
+
 TEST(BackupWorkers, BadCountsAndBackendsAreConfigErrorsNamingTheKey) {
-  Config ring = small_mlp_config("ring", 2);
-  ring.set("ps.backup_workers=1");
-  EXPECT_NE(train_config_error(3, ring).find("ps.backup_workers: sync.backend ring cannot spare"),
-            std::string::npos);
-  Config two = small_mlp_config("ps", 2);
-  two.set("ps.backup_workers=1");  // 1 server + 2 workers: N = 1
-  EXPECT_NE(train_config_error(3, two).find("ps.backup_workers: b = 1 of 2 workers"),
-            std::string::npos);
-  Config dies = small_mlp_config("mpi", 2);
-  dies.set("ps.on_worker_failure=continue");
-  EXPECT_NE(
-      train_config_error(3, dies).find("ps.on_worker_failure: continue needs sync.backend ps"),
-      std::string::npos);
-  Config ssp = small_mlp_config("ps", 2);
-  ssp.set("ps.backup_workers=1");
-  ssp.set("ps.consistency=ssp");
-  EXPECT_NE(train_config_error(4, ssp).find("ps.backup_workers needs ps.consistency: bsp"),
-            std::string::npos);
+  expect_refused(3, "ring", {"ps.backup_workers=1"},
+                 "ps.backup_workers: sync.backend ring cannot spare");
+  // 1 server + 2 workers: N = 1.
+  expect_refused(3, "ps", {"ps.backup_workers=1"}, "ps.backup_workers: b = 1 of 2 workers");
+  expect_refused(3, "mpi", {"ps.on_worker_failure=continue"},
+                 "ps.on_worker_failure: continue needs sync.backend ps");
+  expect_refused(4, "ps", {"ps.backup_workers=1", "ps.consistency=ssp"},
+                 "ps.backup_workers needs ps.consistency: bsp");
 }
 
 // The injected failure and continue's own refusals, before any work starts.
 TEST(WorkerFailure, BadKillsAndContinueSettingsAreConfigErrorsNamingTheKey) {
-  Config outside = small_mlp_config("ring", 2);
-  outside.set("hetero.kill_rank=3");
-  EXPECT_NE(train_config_error(3, outside).find("hetero.kill_rank: rank 3 is outside the world [0, 3)"),
-            std::string::npos);
-  Config late = small_mlp_config("ring", 2);
-  late.set("hetero.kill_rank=1");
-  late.set("hetero.kill_step=2");
-  EXPECT_NE(train_config_error(3, late).find("hetero.kill_step 2 is past the run's 2 steps"),
-            std::string::npos);
-  Config deadlines = small_mlp_config("ps", 2);
-  for (const std::string a : {"ps.on_worker_failure=continue", "sync.timeout=5s", "ps.timeout=5s"})
-    deadlines.set(a);
-  EXPECT_NE(train_config_error(3, deadlines).find("continue needs sync.timeout (5 s) below ps.timeout (5 s)"),
-            std::string::npos);
-  Config saving = small_mlp_config("ps", 2);
-  for (const std::string a : {"ps.on_worker_failure=continue", "sync.timeout=1s", "ps.timeout=2s",
-                              "train.checkpoint_every=1"})
-    saving.set(a);
-  EXPECT_NE(train_config_error(3, saving).find("train.checkpoint_every with ps.on_worker_failure: continue"),
-            std::string::npos);
+  expect_refused(3, "ring", {"hetero.kill_rank=3"},
+                 "hetero.kill_rank: rank 3 is outside the world [0, 3)");
+  expect_refused(3, "ring", {"hetero.kill_rank=1", "hetero.kill_step=2"},
+                 "hetero.kill_step 2 is past the run's 2 steps");
+  expect_refused(3, "ps", {"ps.on_worker_failure=continue", "sync.timeout=5s", "ps.timeout=5s"},
+                 "continue needs sync.timeout (5 s) below ps.timeout (5 s)");
+  expect_refused(3, "ps",
+                 {"ps.on_worker_failure=continue", "sync.timeout=1s", "ps.timeout=2s",
+                  "train.checkpoint_every=1"},
+                 "train.checkpoint_every with ps.on_worker_failure: continue");
 }
 
 }  // namespace

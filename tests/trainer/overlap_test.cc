@@ -36,6 +36,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using testing::relative_difference;
+using testing::train_result;
 
 // ---- the gradient sink's promise ------------------------------------------------
 
@@ -163,18 +164,6 @@ TEST(BucketPlan, ChunksCutEachBucketKeepingTheOrder) {
 
 // ---- training -------------------------------------------------------------------
 
-// Rank 0's result; every rank's parameters bitwise identical to it.
-TrainResult train_result(int ranks, const Config& cfg, const std::string& out = "") {
-  TrainResult first;
-  std::mutex mu;
-  run_inproc(ranks, [&](Comm& c) {
-    TrainResult r = train(c, cfg, TrainOptions{out});
-    std::lock_guard<std::mutex> lock(mu);
-    if (first.params.empty()) first = r;
-    else EXPECT_EQ(r.params, first.params) << "rank " << c.rank() << ": not bitwise identical";
-  });
-  return first;
-}
 
 std::vector<float> train_ranks(int ranks, const Config& cfg) {
   return train_result(ranks, cfg).params;

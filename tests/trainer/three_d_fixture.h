@@ -12,6 +12,7 @@
 
 #include "comm/inproc_comm.h"
 #include "core/config.h"
+#include "tests/trainer/train_fixture.h"
 #include "trainer/schema.h"
 #include "trainer/trainer.h"
 
@@ -73,17 +74,7 @@ inline Config mlp_3d_config(const Grid3d& g, const std::vector<std::string>& ove
 
 // Trains on `ranks` in-process threads; every rank must return the same whole model.
 inline std::vector<float> train_grid(int ranks, const Config& cfg, const std::string& out = "") {
-  std::vector<float> first;
-  std::mutex mu;
-  run_inproc(ranks, [&](Comm& c) {
-    TrainOptions o;
-    o.out_dir = out;
-    TrainResult r = train(c, cfg, o);
-    std::lock_guard<std::mutex> lock(mu);
-    if (first.empty()) first = r.params;
-    else EXPECT_EQ(r.params, first) << "rank " << c.rank();
-  });
-  return first;
+  return train_result(ranks, cfg, out).params;
 }
 
 }  // namespace psar::testing

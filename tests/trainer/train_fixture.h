@@ -20,6 +20,28 @@
 
 namespace psar::testing {
 
+// Trains on `ranks` in-process threads and returns the first worker's
+// result, after checking that every worker returned bitwise the same whole
+// model and the same test loss (a dedicated server rank returns neither).
+inline TrainResult train_result(int ranks, const Config& cfg, const std::string& out = "") {
+  TrainResult first;
+  std::mutex mu;
+  run_inproc(ranks, [&](Comm& c) {
+    TrainOptions o;
+    o.out_dir = out;
+    TrainResult r = train(c, cfg, o);
+    std::lock_guard<std::mutex> lock(mu);
+    if (r.server) return;
+    if (first.params.empty()) {
+      first = std::move(r);
+      return;
+    }
+    EXPECT_EQ(r.params, first.params) << "rank " << c.rank() << ": not bitwise identical";
+    EXPECT_EQ(r.test_loss, first.test_loss) << "rank " << c.rank();
+  });
+  return first;
+}
+
 // A 2-hidden-layer MLP on seeded synthetic data: fast, and every rank of any
 // world size gets whole slices of the 48-sample batch (1, 2, 3, 4, 6, 8 ranks).
 inline Config small_mlp_config(const std::string& sync, int steps = 20,

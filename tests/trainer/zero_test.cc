@@ -31,21 +31,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using testing::relative_difference;
+using testing::train_result;
 
-// Rank 0's result; every rank's parameters bitwise identical to it.
-TrainResult train_result(int ranks, const Config& cfg, const std::string& out = "") {
-  TrainResult first;
-  std::mutex mu;
-  run_inproc(ranks, [&](Comm& c) {
-    TrainOptions o;
-    o.out_dir = out;
-    TrainResult r = train(c, cfg, o);
-    std::lock_guard<std::mutex> lock(mu);
-    if (first.params.empty()) first = r;
-    else EXPECT_EQ(r.params, first.params) << "rank " << c.rank() << ": not bitwise identical";
-  });
-  return first;
-}
 
 Config with(const Config& cfg, const std::vector<std::string>& sets) {
   return Config::load_string(cfg.dump(), config_schema(), sets);

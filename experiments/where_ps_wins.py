@@ -254,7 +254,7 @@ def machine_lines():
     """uptime and vmstat (its `st` column: steal) at this moment."""
     out = []
     for cmd in (["uptime"], ["vmstat", "1", "3"]):
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        done = runner.launch(cmd, echo=False)
         out.append("$ " + " ".join(cmd) + "\n" + done.stdout.rstrip())
     return "\n".join(out)
 
@@ -421,7 +421,10 @@ def table(folder, psar=None):
            f"step 0), its time including the killed attempt's steps and the relaunch; the PS, "
            f"which checkpoints nothing there, is measured in fail_ckpt5 only. `—`: not measured. "
            + ", ".join(f"`{c}`: {why}" for c, why in SIBLING_COLUMNS.items())
-           + ": a column another experiment fills. Machine state: data/machine*.txt.\n"]
+           + ": a column another experiment fills. Rows only a sibling CSV fills are that "
+           "experiment's own workload and target (sparse_<rows>_s<skew>: the DLRM of "
+           "results/sparse_ps at its target, with the columns hybrid, ps_dense and "
+           "ring_gather). Machine state: data/machine*.txt.\n"]
     out.append("| regime | " + " | ".join(columns) + " |")
     out.append("|---|" + "---|" * len(columns))
     for row in rows:

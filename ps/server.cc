@@ -42,16 +42,8 @@ Server::Server(const ServerOptions& options, std::span<const float> initial)
                           options.optimizer, options.backup_workers,
                           options.continue_on_failure},
         initial.subspan(static_cast<size_t>(keys.begin - options.range.begin),
-                        static_cast<size_t>(keys.size()))));
-    RowVersions rv;
-    if (options.rows.sparse(keys)) {
-      const auto [first, last] = options.rows.rows_in(keys);
-      rv.first_row = first;
-      rv.version.assign(static_cast<size_t>(last - first), 0);
-      const auto v = chunks_.back()->params().view();
-      rv.seen.assign(v.begin(), v.end());
-    }
-    rows_.push_back(std::move(rv));
+                        static_cast<size_t>(keys.size())),
+        options.rows));
   }
   tune_socket(socket_);
   // A frame larger than a chunk is hostile: ZeroMQ drops such a peer before
@@ -78,6 +70,7 @@ void Server::restore(const ShardSnapshot& snap) {
   PSAR_CHECK(snap.params.size() == static_cast<size_t>(options_.range.size()), "ps shard ",
              options_.shard, ": snapshot holds ", snap.params.size(), " floats, range ",
              to_string(options_.range));
+  size_t versions = 0;  // into snap.row_versions
   for (int c = 0; c < layout_.chunks(); ++c) {
     const KeyRange keys = layout_.chunk(c);
     const auto off = static_cast<size_t>(keys.begin - options_.range.begin);
@@ -90,12 +83,18 @@ void Server::restore(const ShardSnapshot& snap) {
     chunks_[static_cast<size_t>(c)]->restore(snap.clock,
                                              std::span<const float>(snap.params).subspan(off, n),
                                              snap.optimizer_steps, state);
-    RowVersions& rv = rows_[static_cast<size_t>(c)];
-    if (!rv.version.empty()) {
-      const auto v = chunks_[static_cast<size_t>(c)]->params().view();
-      rv.seen.assign(v.begin(), v.end());
-    }
+    ShardState& chunk = *chunks_[static_cast<size_t>(c)];
+    const size_t rows = chunk.versions().size();
+    PSAR_CHECK(versions + rows <= snap.row_versions.size(), "ps shard ", options_.shard,
+               ": the snapshot holds ", snap.row_versions.size(), " row versions, chunk ", c,
+               " needs ", versions + rows);
+    if (rows > 0)
+      chunk.set_versions(std::span<const int64_t>(snap.row_versions).subspan(versions, rows));
+    versions += rows;
   }
+  PSAR_CHECK(versions == snap.row_versions.size(), "ps shard ", options_.shard,
+             ": the snapshot holds ", snap.row_versions.size(), " row versions, its chunks ",
+             versions);
 }
 
 void Server::snapshot_if_due(int chunk) {
@@ -109,6 +108,7 @@ void Server::snapshot_if_due(int chunk) {
     pending_.clock = clock;
     pending_.params.assign(static_cast<size_t>(options_.range.size()), 0.0f);
     pending_.optimizer_state.assign(buffers.size(), pending_.params);
+    pending_versions_.assign(static_cast<size_t>(layout_.chunks()), {});
   }
   PSAR_CHECK(pending_.clock == clock, "ps shard ", options_.shard, ": chunk ", chunk,
              " applied clock ", clock, " while the checkpoint of clock ", pending_.clock,
@@ -120,8 +120,13 @@ void Server::snapshot_if_due(int chunk) {
     std::copy(buffers[b].begin(), buffers[b].end(),
               pending_.optimizer_state[b].begin() + static_cast<ptrdiff_t>(off));
   pending_.optimizer_steps = state.optimizer().steps();
+  const auto versions = state.versions();
+  pending_versions_[static_cast<size_t>(chunk)].assign(versions.begin(), versions.end());
   if (++pending_chunks_ < layout_.chunks()) return;
   pending_chunks_ = 0;
+  pending_.row_versions.clear();
+  for (const auto& v : pending_versions_)
+    pending_.row_versions.insert(pending_.row_versions.end(), v.begin(), v.end());
   options_.on_checkpoint(pending_);
 }
 
@@ -260,7 +265,6 @@ void Server::dispatch(zmq::message_t& identity, const wire::Header& h, int chunk
       const bool changed = state.push(worker, h.clock(), Gradient{data, std::move(frame)});
       const bool dropped = state.last_push_dropped();
       counters_.payload_in.fetch_add(bytes, std::memory_order_relaxed);
-      if (changed) note_changed_rows(chunk);
       if (changed) snapshot_if_due(chunk);
       if (changed) answer_parked();
       if (h.type() == wire::MSG_PUSH_PULL)
@@ -289,32 +293,25 @@ void Server::push_sparse(const wire::Header& h, int chunk, zmq::message_t& paylo
   const std::string bad = check_rows(options_.rows, keys, payload.data(), payload.size(),
                                      h.sparse_keys(), h.payload_floats());
   if (!bad.empty()) throw RequestError(wire::STATUS_BAD_LENGTH, "sparse push: " + bad);
-  // The touched rows into a zero gradient over the chunk: every other row's is zero.
-  auto dense = std::make_shared<std::vector<float>>(static_cast<size_t>(keys.size()), 0.0f);
-  unpack_rows(options_.rows, keys, payload.data(), h.sparse_keys(), dense->data(), keys.begin);
-  const std::span<float> data(*dense);
+  // The rows and their floats, as they came (the shard aggregates and steps them alone).
+  struct Frame {
+    zmq::message_t message;
+    std::vector<int64_t> rows;
+  };
+  auto frame = std::make_shared<Frame>();
+  frame->rows.resize(static_cast<size_t>(h.sparse_keys()));
+  const size_t key_bytes = frame->rows.size() * sizeof(int64_t);
+  if (key_bytes > 0) std::memcpy(frame->rows.data(), payload.data(), key_bytes);
+  const int64_t bytes = static_cast<int64_t>(payload.size());
+  frame->message = std::move(payload);
+  const std::span<float> data(reinterpret_cast<float*>(frame->message.data<char>() + key_bytes),
+                              static_cast<size_t>(h.payload_floats()));
+  const std::span<const int64_t> rows = frame->rows;
   ShardState& state = *chunks_[static_cast<size_t>(chunk)];
-  const bool changed = state.push(h.worker(), h.clock(), Gradient{data, std::move(dense)});
-  counters_.payload_in.fetch_add(static_cast<int64_t>(payload.size()), std::memory_order_relaxed);
-  if (changed) note_changed_rows(chunk);
+  const bool changed = state.push_rows(h.worker(), h.clock(), rows, Gradient{data, std::move(frame)});
+  counters_.payload_in.fetch_add(bytes, std::memory_order_relaxed);
   if (changed) snapshot_if_due(chunk);
   if (changed) answer_parked();
-}
-
-void Server::note_changed_rows(int chunk) {
-  RowVersions& rv = rows_[static_cast<size_t>(chunk)];
-  if (rv.version.empty()) return;
-  const ShardState& state = *chunks_[static_cast<size_t>(chunk)];
-  const KeyRange keys = state.options().range;
-  const auto now = state.params().view();
-  for (size_t i = 0; i < rv.version.size(); ++i) {
-    const KeyRange e = options_.rows.extent(rv.first_row + static_cast<int64_t>(i), keys);
-    const auto off = static_cast<size_t>(e.begin - keys.begin);
-    const auto n = static_cast<size_t>(e.size());
-    if (std::memcmp(now.data() + off, rv.seen.data() + off, n * sizeof(float)) == 0) continue;
-    std::memcpy(rv.seen.data() + off, now.data() + off, n * sizeof(float));
-    rv.version[i] = state.applied();
-  }
 }
 
 void Server::pull(zmq::message_t& identity, const wire::Header& h, int chunk, int64_t clock,
@@ -364,13 +361,9 @@ void Server::send_params(zmq::message_t& identity, const wire::Header& request, 
   reply.set_averaged(state.last_averaged());
   reply.set_push_dropped(push_dropped);
   zmq::message_t payload;
-  const RowVersions& rv = rows_[static_cast<size_t>(chunk)];
-  if (request.sparse() && !rv.version.empty()) {
-    // The rows changed since the version the worker last saw.
-    std::vector<int64_t> changed;
-    for (size_t i = 0; i < rv.version.size(); ++i)
-      if (rv.version[i] > request.have_version())
-        changed.push_back(rv.first_row + static_cast<int64_t>(i));
+  if (request.sparse() && state.sparse()) {
+    // The rows updated since the version the worker last saw.
+    const std::vector<int64_t> changed = state.rows_since(request.have_version());
     int64_t floats = 0;
     const std::vector<char> frame = pack_rows(options_.rows, keys, changed,
                                               state.params().view().data(), keys.begin, floats);

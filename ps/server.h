@@ -56,6 +56,9 @@ struct ShardSnapshot {
   std::vector<float> params;  // the shard's key range
   int64_t optimizer_steps = 0;
   std::vector<std::vector<float>> optimizer_state;  // each buffer over the key range
+  // Sparse rows (ServerOptions::rows): each chunk's row versions
+  // (ShardState::versions()), chunk after chunk; empty for a dense shard.
+  std::vector<int64_t> row_versions;
 };
 
 struct ServerOptions {
@@ -187,20 +190,11 @@ class Server {
   void snapshot_if_due(int chunk);
   void restore(const ShardSnapshot& snapshot);
 
-  // Sparse chunks: each row's version (the updates applied when it last
-  // changed) and the values it had then, to find the rows an update changed.
-  struct RowVersions {
-    int64_t first_row = 0;
-    std::vector<int64_t> version;
-    std::vector<float> seen;  // the chunk's values at the last comparison
-  };
   void push_sparse(const wire::Header& h, int chunk, zmq::message_t& payload);
-  void note_changed_rows(int chunk);
 
   ServerOptions options_;
   ShardLayout layout_;
   std::vector<std::unique_ptr<ShardState>> chunks_;
-  std::vector<RowVersions> rows_;  // by chunk; empty `version` for a dense chunk
   zmq::context_t context_;  // server_io_threads(workers)
   zmq::socket_t socket_;
   CurveKeys keys_;                     // curve: this shard's pair (the secret stays in memory)
@@ -212,6 +206,7 @@ class Server {
   std::vector<char> told_;  // by worker: sent that failure
   std::atomic<bool> stop_{false};
   ShardSnapshot pending_;  // the checkpoint being collected from the chunks
+  std::vector<std::vector<int64_t>> pending_versions_;  // by chunk (sparse rows)
   int pending_chunks_ = 0;
 
   struct Counters {

@@ -103,10 +103,63 @@ void average_gradients(std::span<float> out, std::span<const float* const> grads
   sum_and_scale(out, grads[0], grads.subspan(1), static_cast<int>(grads.size()));
 }
 
+void average_rows(const RowSpace& space, KeyRange range,
+                  std::span<const std::span<const int64_t>> rows_k,
+                  std::span<const std::span<const float>> data_k, std::vector<int64_t>& rows,
+                  std::vector<float>& out) {
+  PSAR_CHECK(!rows_k.empty() && rows_k.size() == data_k.size(), "average_rows: ", rows_k.size(),
+             " row lists, ", data_k.size(), " gradients");
+  rows.clear();
+  for (const auto& mine : rows_k) {  // the union, ascending
+    const size_t mid = rows.size();
+    rows.insert(rows.end(), mine.begin(), mine.end());
+    std::inplace_merge(rows.begin(), rows.begin() + static_cast<ptrdiff_t>(mid), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  }
+  const KeyRange tail = space.tail(range);
+  int64_t floats = tail.size();
+  for (int64_t r : rows) floats += space.extent(r, range).size();
+  out.assign(static_cast<size_t>(floats), 0.0f);
+  // Per gradient: the next of its rows and where its floats are.
+  const size_t count = rows_k.size();
+  std::vector<size_t> next(count, 0);
+  std::vector<const float*> at(count);
+  for (size_t k = 0; k < count; ++k) at[k] = data_k[k].data();
+  float* dst = out.data();
+  const auto sum = [&](float* d, const float* src, int64_t n, bool first) {
+    if (first)
+      std::memcpy(d, src, static_cast<size_t>(n) * sizeof(float));
+    else
+      ops::add_inplace(d, src, n);
+  };
+  for (int64_t r : rows) {
+    const int64_t n = space.extent(r, range).size();
+    bool first = true;
+    for (size_t k = 0; k < count; ++k) {
+      const auto& mine = rows_k[k];
+      if (next[k] >= mine.size() || mine[next[k]] != r) continue;
+      sum(dst, at[k], n, first);
+      first = false;
+      at[k] += n;
+      ++next[k];
+    }
+    dst += n;
+  }
+  for (size_t k = 0; k < count; ++k) {
+    PSAR_CHECK(next[k] == rows_k[k].size() &&
+                   at[k] + tail.size() == data_k[k].data() + data_k[k].size(),
+               "average_rows: gradient ", k, " does not match its rows");
+    if (tail.size() > 0) sum(dst, at[k], tail.size(), k == 0);
+  }
+  if (count > 1) ops::scale(out.data(), 1.0f / static_cast<float>(count), floats);
+}
+
 // ---- ShardState ---------------------------------------------------------------------
 
-ShardState::ShardState(const ShardStateOptions& options, std::span<const float> initial)
+ShardState::ShardState(const ShardStateOptions& options, std::span<const float> initial,
+                       const RowSpace& rows)
     : options_(options),
+      rows_(rows),
       params_(initial),
       optimizer_(make_optimizer(options.optimizer, options.range.size())),
       pushed_(static_cast<size_t>(options.workers), 0),
@@ -121,6 +174,14 @@ ShardState::ShardState(const ShardStateOptions& options, std::span<const float> 
   if (options.staleness < 0)
     throw ConfigError("ps.staleness: must be >= 0, got " + std::to_string(options.staleness));
   check_backup_workers(options.backup_workers, options.workers, options.consistency);
+  sparse_ = rows.sparse(options.range);
+  if (sparse_) {
+    const auto [first, last] = rows.rows_in(options.range);
+    first_row_ = first;
+    version_.assign(static_cast<size_t>(last - first), 0);
+    // Enough updates for a pull within the staleness bound, or one per worker under asp.
+    recent_cap_ = static_cast<size_t>(options.workers + options.staleness + 2);
+  }
   if (options.consistency != Consistency::kAsp) {
     slots_.resize(static_cast<size_t>(lag()) + 1);
     for (auto& s : slots_) {
@@ -160,10 +221,34 @@ void check_backup_workers(int backup, int workers, Consistency consistency) {
 }
 
 bool ShardState::push(int worker, int64_t clock, Gradient grad) {
-  check_worker(worker);
-  last_push_dropped_ = false;
   PSAR_CHECK(static_cast<int64_t>(grad.data.size()) == options_.range.size(), "ps shard: push of ",
              grad.data.size(), " floats into ", to_string(options_.range));
+  if (!sparse_) return take(worker, clock, Pushed{grad.data, std::move(grad.owner), {}});
+  struct Owned {  // a dense push touches every row
+    std::shared_ptr<void> data;
+    std::vector<int64_t> rows;
+  };
+  auto owned = std::make_shared<Owned>();
+  owned->data = std::move(grad.owner);
+  owned->rows.resize(version_.size());
+  for (size_t i = 0; i < version_.size(); ++i) owned->rows[i] = first_row_ + static_cast<int64_t>(i);
+  const std::span<const int64_t> rows = owned->rows;
+  return take(worker, clock, Pushed{grad.data, std::move(owned), rows});
+}
+
+bool ShardState::push_rows(int worker, int64_t clock, std::span<const int64_t> rows,
+                           Gradient grad) {
+  PSAR_CHECK(sparse_, "ps shard: sparse push into the dense ", to_string(options_.range));
+  int64_t floats = rows_.tail(options_.range).size();
+  for (int64_t r : rows) floats += extent(r).size();
+  PSAR_CHECK(static_cast<int64_t>(grad.data.size()) == floats, "ps shard: sparse push of ",
+             grad.data.size(), " floats for ", rows.size(), " rows, expected ", floats);
+  return take(worker, clock, Pushed{grad.data, std::move(grad.owner), rows});
+}
+
+bool ShardState::take(int worker, int64_t clock, Pushed grad) {
+  check_worker(worker);
+  last_push_dropped_ = false;
   if (clock != pushed_[worker])
     throw RequestError(wire::STATUS_BAD_CLOCK, "worker " + std::to_string(worker) +
                                                    " pushed clock " + std::to_string(clock) +
@@ -172,9 +257,8 @@ bool ShardState::push(int worker, int64_t clock, Gradient grad) {
     if (options_.workers > 1)
       ops::scale(grad.data.data(), 1.0f / static_cast<float>(options_.workers),
                  static_cast<int64_t>(grad.data.size()));
-    optimizer_->step(params_.writable(), grad.data);
+    update(grad.rows, grad.data);
     ++pushed_[worker];
-    ++applied_;
     return true;
   }
   if (clock > applied_ + lag())
@@ -203,8 +287,9 @@ bool ShardState::push(int worker, int64_t clock, Gradient grad) {
 
 void ShardState::fold(Slot& slot) {
   // Under continue a pending push can still be discarded (fail()), so every
-  // gradient stays apart until its clock is applied.
-  if (options_.continue_on_failure) return;
+  // gradient stays apart until its clock is applied; sparse pushes are
+  // summed row by row when their clock is applied (average_rows).
+  if (options_.continue_on_failure || sparse_) return;
   const auto workers = static_cast<size_t>(options_.workers);
   while (static_cast<size_t>(slot.folded) < workers && slot.arrived[static_cast<size_t>(slot.folded)]) {
     auto& next = slot.grads[static_cast<size_t>(slot.folded)];
@@ -243,27 +328,112 @@ void ShardState::apply_complete_clocks() {
     if (need == 0 || slot.count < need) return;
     if (need < options_.workers - options_.backup_workers && workers_changed_at_ < 0)
       workers_changed_at_ = applied_;
-    // Workers 0..folded-1 are summed into worker 0's buffer already (fold);
-    // the others that arrived follow in worker order.
-    std::span<float> avg = slot.folded > 0 ? slot.grads[0].data : std::span<float>();
-    std::vector<const float*> more;
-    int n = slot.folded;
-    for (size_t w = static_cast<size_t>(slot.folded); w < slot.grads.size(); ++w) {
-      if (!slot.arrived[w]) continue;
-      if (n++ == 0)
-        avg = slot.grads[w].data;
-      else
-        more.push_back(slot.grads[w].data.data());
+    if (sparse_) {
+      std::vector<std::span<const int64_t>> rows_k;
+      std::vector<std::span<const float>> data_k;
+      for (size_t w = 0; w < slot.grads.size(); ++w)
+        if (slot.arrived[w]) {
+          rows_k.push_back(slot.grads[w].rows);
+          data_k.push_back(slot.grads[w].data);
+        }
+      std::vector<int64_t> rows;
+      std::vector<float> avg;
+      average_rows(rows_, options_.range, rows_k, data_k, rows, avg);
+      last_averaged_ = static_cast<int>(rows_k.size());
+      update(rows, avg);
+    } else {
+      // Workers 0..folded-1 are summed into worker 0's buffer already (fold);
+      // the others that arrived follow in worker order.
+      std::span<float> avg = slot.folded > 0 ? slot.grads[0].data : std::span<float>();
+      std::vector<const float*> more;
+      int n = slot.folded;
+      for (size_t w = static_cast<size_t>(slot.folded); w < slot.grads.size(); ++w) {
+        if (!slot.arrived[w]) continue;
+        if (n++ == 0)
+          avg = slot.grads[w].data;
+        else
+          more.push_back(slot.grads[w].data.data());
+      }
+      sum_and_scale(avg, avg.data(), more, n);
+      last_averaged_ = n;
+      update({}, avg);
     }
-    sum_and_scale(avg, avg.data(), more, n);
-    last_averaged_ = n;
-    optimizer_->step(params_.writable(), avg);
     for (auto& g : slot.grads) g = {};
     std::fill(slot.arrived.begin(), slot.arrived.end(), 0);
     slot.count = 0;
     slot.folded = 0;
-    ++applied_;
   }
+}
+
+KeyRange ShardState::extent(int64_t row) const {
+  const KeyRange e = rows_.extent(row, options_.range);
+  return {e.begin - options_.range.begin, e.end - options_.range.begin};
+}
+
+void ShardState::update(std::span<const int64_t> rows, std::span<const float> grad) {
+  const std::span<float> params = params_.writable();
+  if (!sparse_) {
+    optimizer_->step(params, grad);
+    ++applied_;
+    return;
+  }
+  // Step runs of rows adjacent both in the range and in `grad` as one slice.
+  int64_t at = 0;  // into grad
+  for (size_t i = 0; i < rows.size();) {
+    const KeyRange first = extent(rows[i]);
+    KeyRange run = first;
+    size_t j = i + 1;
+    for (; j < rows.size() && rows[j] == rows[j - 1] + 1; ++j) run.end = extent(rows[j]).end;
+    const auto n = static_cast<size_t>(run.size());
+    optimizer_->step_slice(run.begin, params.subspan(static_cast<size_t>(run.begin), n),
+                           grad.subspan(static_cast<size_t>(at), n));
+    at += run.size();
+    i = j;
+  }
+  const KeyRange tail = rows_.tail(options_.range);
+  if (tail.size() > 0) {
+    const auto off = static_cast<size_t>(tail.begin - options_.range.begin);
+    optimizer_->step_slice(static_cast<int64_t>(off),
+                           params.subspan(off, static_cast<size_t>(tail.size())),
+                           grad.subspan(static_cast<size_t>(at)));
+    at += tail.size();
+  }
+  PSAR_CHECK(at == static_cast<int64_t>(grad.size()), "ps shard: update of ", grad.size(),
+             " floats used ", at);
+  optimizer_->end_step();
+  ++applied_;
+  for (int64_t r : rows) version_[static_cast<size_t>(r - first_row_)] = applied_;
+  if (recent_.size() == recent_cap_) recent_.erase(recent_.begin());
+  recent_.push_back({applied_, std::vector<int64_t>(rows.begin(), rows.end())});
+}
+
+std::vector<int64_t> ShardState::rows_since(int64_t version) const {
+  // After a restore every worker resumed holding the parameters of the
+  // restored clock (its own checkpoint): nothing older to bring.
+  version = std::max(version, restored_at_);
+  std::vector<int64_t> out;
+  if (version >= applied_) return out;
+  if (!recent_.empty() && recent_.front().version <= version + 1) {
+    // Every update after `version` is in the log: merge their rows.
+    for (const Touched& t : recent_) {
+      if (t.version <= version) continue;
+      const size_t mid = out.size();
+      out.insert(out.end(), t.rows.begin(), t.rows.end());
+      std::inplace_merge(out.begin(), out.begin() + static_cast<ptrdiff_t>(mid), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());
+    }
+    return out;
+  }
+  for (size_t i = 0; i < version_.size(); ++i)
+    if (version_[i] > version) out.push_back(first_row_ + static_cast<int64_t>(i));
+  return out;
+}
+
+void ShardState::set_versions(std::span<const int64_t> versions) {
+  PSAR_CHECK(versions.size() == version_.size(), "ps shard: ", versions.size(),
+             " row versions for ", version_.size(), " rows");
+  std::copy(versions.begin(), versions.end(), version_.begin());
+  recent_.clear();  // rows_since() scans the versions until the log covers it again
 }
 
 void ShardState::check_pull(int worker, int64_t clock) const {
@@ -369,6 +539,7 @@ void ShardState::restore(int64_t clock, std::span<const float> params, int64_t o
   optimizer_->set_steps(optimizer_steps);
   std::fill(pushed_.begin(), pushed_.end(), clock);
   applied_ = clock;
+  restored_at_ = clock;
 }
 
 }  // namespace psar::ps

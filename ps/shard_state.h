@@ -42,6 +42,19 @@
 // is written into the first arrived worker's buffer (in worker order).
 // Under continue every push stays apart until its clock is applied (fail()
 // may discard it).
+//
+// Sparse shards (options.rows.sparse(range), docs/sparse.md): every push
+// names the rows it touched and carries only their floats (plus the range's
+// dense tail). A clock's average covers the union of the rows its pushes
+// touched — each row summed in worker order (at the end: sparse pushes are
+// not folded as they arrive) over the pushes that name it,
+// times 1/N, bit for bit what the dense average gives there — and the
+// optimizer steps those rows and the tail only (lazy, as LazyAdam and
+// SparseAdam: an untouched row keeps its parameters and its momentum/Adam
+// state; Adam's bias correction uses the shard's update count, the same for
+// every row). Compute and state traffic are proportional to the touched
+// rows. Each row carries the version (updates applied) of the last update
+// that touched it; rows_since(v) lists the rows touched after version v.
 
 #include <atomic>
 #include <cstdint>
@@ -52,6 +65,7 @@
 
 #include "core/optim.h"
 #include "ps/sharding.h"
+#include "ps/sparse_rows.h"
 
 namespace psar::ps {
 
@@ -106,13 +120,20 @@ struct ShardStateOptions {
 
 class ShardState {
  public:
-  ShardState(const ShardStateOptions& options, std::span<const float> initial);
+  // The shard is sparse when rows.sparse(options.range).
+  ShardState(const ShardStateOptions& options, std::span<const float> initial,
+             const RowSpace& rows = {});
 
   // Worker `worker`'s gradient of step `clock` over the whole shard. Returns
   // true if parameters changed. Throws RequestError (bad worker or clock).
   // With backup workers a push of a clock already applied is dropped
   // (last_push_dropped() says so until the next push).
   bool push(int worker, int64_t clock, Gradient grad);
+  // Sparse shards: as push(), of the touched `rows` (ascending, each with a
+  // float in the range; valid while grad.owner lives), `grad.data` holding
+  // their floats inside the range row after row, then the range's dense
+  // tail (RowSpace::tail). A push() into a sparse shard touches every row.
+  bool push_rows(int worker, int64_t clock, std::span<const int64_t> rows, Gradient grad);
   // Throws RequestError if `worker` may not ask for the parameters of step `clock`.
   void check_pull(int worker, int64_t clock) const;
   bool pull_ready(int64_t clock) const;
@@ -154,12 +175,27 @@ class ShardState {
   void restore(int64_t clock, std::span<const float> params, int64_t optimizer_steps,
                const std::vector<std::span<const float>>& optimizer_state);
   SharedParams& params() { return params_; }
+  bool sparse() const { return sparse_; }
+  // Sparse shards: the rows an update after version `version` touched,
+  // ascending (after a restore, at least those after the restored clock:
+  // a resumed worker holds its parameters).
+  std::vector<int64_t> rows_since(int64_t version) const;
+  // Sparse shards: the version (updates applied) at which row `first + i`
+  // was last touched, by i (first = RowSpace::rows_in(range).first). For
+  // checkpoints: versions() to save, set_versions() after restore().
+  std::span<const int64_t> versions() const { return version_; }
+  void set_versions(std::span<const int64_t> versions);
   const SharedParams& params() const { return params_; }
   const ShardStateOptions& options() const { return options_; }
 
  private:
+  struct Pushed {  // a sparse shard's pushes name their rows
+    std::span<float> data;
+    std::shared_ptr<void> owner;
+    std::span<const int64_t> rows;
+  };
   struct Slot {
-    std::vector<Gradient> grads;  // by worker
+    std::vector<Pushed> grads;  // by worker
     std::vector<char> arrived;    // by worker
     int count = 0;
     int folded = 0;  // workers 0..folded-1 arrived and are summed into grads[0]
@@ -167,10 +203,17 @@ class ShardState {
   int64_t lag() const;  // how many clocks a pull may run ahead: s, or 0 for bsp
   void check_worker(int worker) const;
   void apply_complete_clocks();
+  bool take(int worker, int64_t clock, Pushed grad);  // push() and push_rows()
+  // One update of the parameters by an averaged gradient (dense: the range;
+  // sparse: `rows` and the tail, laid out as a sparse Gradient's data).
+  void update(std::span<const int64_t> rows, std::span<const float> grad);
+  // Row `row`'s floats inside the range, as offsets from its begin.
+  KeyRange extent(int64_t row) const;
   // Sums the arrived workers that follow the folded ones in worker order.
   void fold(Slot& slot);
 
   ShardStateOptions options_;
+  RowSpace rows_;
   SharedParams params_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<Slot> slots_;  // clock c lives in slots_[c % slots_.size()]
@@ -186,7 +229,29 @@ class ShardState {
   int64_t workers_changed_at_ = -1;
   int last_averaged_ = 0;
   int64_t applied_ = 0;
+  // Sparse shards.
+  bool sparse_ = false;
+  int64_t first_row_ = 0;
+  std::vector<int64_t> version_;  // by row − first_row_
+  struct Touched {
+    int64_t version;
+    std::vector<int64_t> rows;
+  };
+  std::vector<Touched> recent_;  // the newest updates' rows, oldest first
+  size_t recent_cap_ = 0;
+  int64_t restored_at_ = 0;  // the clock restore() started from
 };
+
+// The sparse average of pushes (rows_k ascending, data_k their floats then
+// the tail, as ShardState::push_rows takes them), in worker order: the union
+// of their rows into `rows`, and into `out` each row's floats summed in
+// worker order over the pushes that name it, then the tails summed, all
+// times 1/grads.size() (not scaled for one push) — elementwise the bits
+// average_gradients gives the dense gradients, zero outside each one's rows.
+void average_rows(const RowSpace& space, KeyRange range,
+                  std::span<const std::span<const int64_t>> rows_k,
+                  std::span<const std::span<const float>> data_k, std::vector<int64_t>& rows,
+                  std::vector<float>& out);
 
 // out[i] = (g_0[i] + g_1[i] + ... + g_{n-1}[i]) · (1/n), summed in worker
 // order block by block (each input read once); `out` may alias g_0.

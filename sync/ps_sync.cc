@@ -146,6 +146,11 @@ void plan_shard_checkpoints(ps::PsOptions& o, const CheckpointPlan& plan) {
       f.add_blob("params", s.params);
       for (size_t b = 0; b < s.optimizer_state.size(); ++b)
         f.add_blob("optimizer." + std::to_string(b), s.optimizer_state[b]);
+      if (!s.row_versions.empty()) {  // sparse rows: exact as floats below 2^24 steps
+        PSAR_CHECK(s.clock < (int64_t{1} << 24), "ps shard ", s.shard,
+                   ": row versions past 2^24 steps do not fit a checkpoint blob");
+        f.add_blob("row_versions", std::vector<float>(s.row_versions.begin(), s.row_versions.end()));
+      }
       const std::string dir = checkpoint_dir(run_dir, s.clock);
       make_dirs(dir);
       f.write(shard_checkpoint_path(dir, s.shard));
@@ -170,6 +175,8 @@ void plan_shard_checkpoints(ps::PsOptions& o, const CheckpointPlan& plan) {
         const auto v = f.blob("optimizer." + std::to_string(b));
         s->optimizer_state.emplace_back(v.begin(), v.end());
       }
+      if (f.has_blob("row_versions"))
+        for (float v : f.blob("row_versions")) s->row_versions.push_back(static_cast<int64_t>(v));
       return std::shared_ptr<const ps::ShardSnapshot>(std::move(s));
     };
   }
@@ -221,8 +228,6 @@ void check_sparse_plan(const SyncInit& init, const std::string& key) {
   if (init.sparse.floats <= 0)
     throw ConfigError(key + " needs a model with embedding tables (model.type dlrm); model.type " +
                       init.config.get_string("model.type") + " has none");
-  if (init.checkpoints.resume_step >= 0)
-    throw ConfigError(key + ": a sparse parameter server cannot resume from a checkpoint yet");
 }
 }  // namespace
 
@@ -267,8 +272,9 @@ SyncSetup make_hybrid_sync(SyncInit& init) {
                       known + ")");
   }
   ps::PsOptions options = ps_options(init.config, init.optimizer);
-  if (init.checkpoints.every > 0)
-    throw ConfigError("train.checkpoint_every: sync.backend hybrid does not checkpoint yet");
+  if (init.checkpoints.every > 0 || init.checkpoints.resume_step >= 0)
+    throw ConfigError(
+        "train.checkpoint_every / --resume: sync.backend hybrid does not checkpoint yet");
   options.rows = {init.sparse.floats, init.sparse.row_floats};
   SyncSetup setup = ps_setup(init, options, init.sparse.floats, nullptr);
   if (!setup.sync) return setup;  // a dedicated server rank

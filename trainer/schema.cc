@@ -17,6 +17,7 @@ namespace {
 // Choices the registries hold: read each time, so an entry registered later
 // (a test's throwaway algorithm or schedule) is a choice as well.
 std::vector<std::string> all_allreducers() { return allreducer_names(/*include_device=*/true); }
+std::vector<std::string> sparse_table_modes() { return {"gather", "dense"}; }
 
 Schema build() {
   using T = ValueType;
@@ -100,6 +101,7 @@ Schema build() {
   s.add({"sync.segment_bytes", T::kBytes, "512K", "pipelining segment of the program algorithms (the engine's)"});
   s.add({"sync.dtype", T::kString, "fp32", "element type of gradients on the wire (psar's allreduce programs; mpi and nccl: fp32 only)", {}, &element_type_names});
   s.add({"sync.accumulate", T::kString, "fp32", "partial sums kept in fp32, or rounded to sync.dtype after every addition (dtype)", {"fp32", "dtype"}});
+  s.add({"sync.sparse_tables", T::kString, "gather", "allreduce backends, sparse models: gather = all-gather the touched (ids, rows) when fewer bytes than a dense allreduce of the tables (docs/sparse.md); dense = always allreduce them", {}, &sparse_table_modes});
   s.add({"sync.timeout", T::kDuration, "60s", "deadline of every communication wait"});
   s.add({"sync.nccl_algo", T::kString, "auto", "nccl: NCCL_ALGO of the communicator (auto: NCCL's choice or the environment's)", {"auto", "ring", "tree"}});
   s.add({"sync.nccl_proto", T::kString, "auto", "nccl: NCCL_PROTO of the communicator (auto: NCCL's choice or the environment's)", {"auto", "LL", "LL128", "Simple"}});

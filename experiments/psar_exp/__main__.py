@@ -24,7 +24,7 @@ from psar_exp import ROOT, check
 LAUNCHERS = ("run", "pp_measure", "gpt_3d", "auto_tuning", "net_scaling", "cluster_net_scaling",
              "cluster_placement", "overlap", "ps_vs_allreduce", "report_collectives",
              "sim_validation", "simulate_tables", "pp_schedule_tables", "pp_report", "tp_report",
-             "sync_table", "ps_curve", "ps_lite", "hybrid_cnn", "where_ps_wins", "zero",
+             "sync_table", "ps_curve", "ps_lite", "hybrid_cnn", "where_ps_wins", "zero", "sparse_ps",
              "simulate_published", "pp_hop", "spare_servers", "plot")
 USAGE = __doc__.format(launchers=", ".join(LAUNCHERS))
 

@@ -11,7 +11,9 @@
 
 #include <gmock/gmock.h>
 
+#include "allreduce/allreducer.h"
 #include "comm/inproc_comm.h"
+#include "sync/allreduce_sync.h"
 #include "core/ops.h"
 #include "core/rng.h"
 #include "train_fixture.h"
@@ -148,6 +150,7 @@ TEST(Dlrm, SparsePsDensePsHybridAndRingAgreeAfterTenSteps) {
   ASSERT_FALSE(ring.empty());
   EXPECT_GT(relative_difference(ring, start), 1e-3);  // training moved them
   const std::map<std::string, Config> others = {
+      {"ring dense tables", dlrm_config("ring", 10, {"sync.sparse_tables=dense"})},
       {"ps dense", dlrm_config("ps", 10, {"ps.servers=2"})},
       {"ps sparse", dlrm_config("ps", 10, {"ps.servers=2", "ps.sparse=true"})},
       {"hybrid ring", dlrm_config("hybrid", 10, {"ps.servers=2", "sync.algorithm=ring"})},
@@ -159,6 +162,67 @@ TEST(Dlrm, SparsePsDensePsHybridAndRingAgreeAfterTenSteps) {
     const auto p = train_params(2 + servers, cfg);
     ASSERT_EQ(p.size(), ring.size()) << name;
     EXPECT_LE(relative_difference(ring, p), 1e-6) << name;
+  }
+}
+
+// The allreduce side's all-gather of (ids, rows) (sync/allreduce_sync.h):
+// 3 ranks, 200 rows of 4 floats and a dense tail of 50. Sparse batches
+// gather — the sum equals a double-precision sum within 1e-6 and the bytes
+// each rank sends equal the exact count (N − 1 counts, then every block but
+// the next rank's) — and dense ones (every row touched) fall back to the
+// allreduce.
+TEST(SparseAllGather, SumsLikeTheAllreduceWithExactBytes) {
+  constexpr int kRanks = 3;
+  constexpr int64_t kRows = 200, kDim = 4, kTables = kRows * kDim, kSize = kTables + 50;
+  const SparseRows sparse{kTables, kDim};
+  for (const bool dense_batch : {false, true}) {
+    std::vector<std::vector<int64_t>> touched(kRanks);
+    std::vector<std::vector<float>> grads(kRanks, std::vector<float>(kSize, 0.0f));
+    for (int r = 0; r < kRanks; ++r) {
+      for (int64_t row = 0; row < kRows; ++row)
+        if (dense_batch || Philox::uniform(3, static_cast<uint64_t>(r), row) < 0.05f * (r + 1))
+          touched[r].push_back(row);
+      for (int64_t row : touched[r])
+        for (int64_t k = row * kDim; k < (row + 1) * kDim; ++k)
+          grads[r][k] = Philox::uniform(4, static_cast<uint64_t>(r), k) - 0.5f;
+      for (int64_t k = kTables; k < kSize; ++k)
+        grads[r][k] = Philox::uniform(4, static_cast<uint64_t>(r), k) - 0.5f;
+    }
+    std::vector<double> expect(kSize, 0.0);  // params 0, lr 1: −(the average)
+    for (int r = 0; r < kRanks; ++r)
+      for (int64_t k = 0; k < kSize; ++k) expect[k] -= static_cast<double>(grads[r][k]) / kRanks;
+    std::vector<int64_t> counts;
+    for (const auto& t : touched) counts.push_back(static_cast<int64_t>(t.size()));
+    EXPECT_EQ(sparse_gather_is_cheaper(sparse, counts), !dense_batch);
+    std::mutex mu;
+    run_inproc(kRanks, [&](Comm& comm) {
+      const auto r = static_cast<size_t>(comm.rank());
+      OptimizerOptions sgd;
+      sgd.lr = 1.0f;
+      AllreduceSync sync(comm, make_allreducer("ring", {}), sgd, kSize, Device::kCpu, sparse);
+      std::vector<float> params(kSize, 0.0f), g = grads[r];
+      sync.set_touched_rows(touched[r]);
+      const CommCounters before = comm.counters();
+      sync.step(params, g);
+      const CommCounters after = comm.counters();
+      // The dense tail's allreduce alone, to take out of the step's bytes.
+      std::vector<float> tail(kSize - kTables, 1.0f);
+      make_allreducer("ring", {})->allreduce(comm, tail);
+      const int64_t tail_bytes = comm.counters().bytes_sent - after.bytes_sent;
+      int64_t gather = (kRanks - 1) * 8;  // the counts
+      for (int k = 0; k + 1 < kRanks; ++k)
+        gather += counts[(r + kRanks - k) % kRanks] * (8 + 4 * kDim);
+      double diff = 0, scale = 0;
+      for (int64_t k = 0; k < kSize; ++k) {
+        diff = std::max(diff, std::fabs(params[k] - expect[k]));
+        scale = std::max(scale, std::fabs(expect[k]));
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_EQ(sync.gathered(), !dense_batch) << "rank " << r;
+      EXPECT_LE(diff / scale, 1e-6) << "rank " << r;
+      if (!dense_batch)
+        EXPECT_EQ(after.bytes_sent - before.bytes_sent, gather + tail_bytes) << "rank " << r;
+    });
   }
 }
 

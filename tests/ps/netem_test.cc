@@ -64,7 +64,8 @@ TEST_P(EmulatedNetwork, AStepTakesAtLeastTheBusiestNicsTransferTime) {
 // shard answers chunk k as soon as both have arrived: a step takes the
 // ingress time of N·M bytes plus the last chunk's replies — not what it takes
 // when the shard drains one worker's stream before looking at the other's
-// (about 1.4× as long). Best of five jobs; tolerance 20 % + 3 ms.
+// (about 1.4× as long). Best of eight jobs (each job's time only grows with
+// the host's load); tolerance 25 % + 5 ms, still below the 1.4×.
 TEST(EmulatedNetworkTiming, ConcurrentPushesInterleaveAtTheShardsIngress) {
   constexpr int kWorkers = 2;
   constexpr int64_t kSize = 1000000;  // 4 MB of floats
@@ -80,7 +81,7 @@ TEST(EmulatedNetworkTiming, ConcurrentPushesInterleaveAtTheShardsIngress) {
   const double model_step = (kWorkers * bytes + kWorkers * chunk_bytes) / net.bandwidth +
                             2 * net.latency;
   double best = 1e9;
-  for (int attempt = 0; attempt < 5 && best > 1.2 * kSteps * model_step + 3e-3; ++attempt) {
+  for (int attempt = 0; attempt < 8 && best > 1.25 * kSteps * model_step + 5e-3; ++attempt) {
     LocalJob job(init, 1, kWorkers, base, net);
     std::vector<double> elapsed(kWorkers);
     testing::run_workers(kWorkers, [&](int w) {
@@ -94,7 +95,7 @@ TEST(EmulatedNetworkTiming, ConcurrentPushesInterleaveAtTheShardsIngress) {
     best = std::min(best, *std::max_element(elapsed.begin(), elapsed.end()));
   }
   EXPECT_GE(best, kSteps * kWorkers * bytes / net.bandwidth) << "faster than the wire";
-  EXPECT_LE(best, 1.2 * kSteps * model_step + 3e-3)
+  EXPECT_LE(best, 1.25 * kSteps * model_step + 5e-3)
       << "model " << kSteps * model_step << " s: the shard did not interleave the two streams";
 }
 

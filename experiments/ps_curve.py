@@ -61,12 +61,6 @@ def hold_measure_lock(wait_s):
     return f
 
 
-def machine_lines():
-    up = runner.run(["uptime"], echo=False).strip()
-    vm = runner.run(["vmstat", "1", "3"], echo=False).rstrip()
-    return [f"uptime: {up}", "vmstat 1 3:", vm]
-
-
 def measure(out, repeats, lock_wait, state):
     psar = runner.psar_binary()
     os.makedirs(out, exist_ok=True)
@@ -78,10 +72,10 @@ def measure(out, repeats, lock_wait, state):
             for security in order:
                 csv = os.path.join(tmp, f"{r}_{security}.csv")
                 cmd = bench_command(psar, security, csv)
-                notes += [f"repeat {r}, ps.security {security}: {' '.join(cmd)}"] + machine_lines()
+                notes += [f"repeat {r}, ps.security {security}: {' '.join(cmd)}"] + runner.machine_lines()
                 runner.run(cmd)
                 rows += [{"repeat": r, "security": security, **row} for row in read_csv(csv)]
-    notes += ["after the runs:"] + machine_lines()
+    notes += ["after the runs:"] + runner.machine_lines()
     write_csv(os.path.join(out, "bench.csv"), rows)
     write_text(os.path.join(out, "machine.txt"), "\n".join(notes) + "\n")
     return state

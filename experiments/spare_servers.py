@@ -38,7 +38,6 @@ and the PS beside its α-β prediction (target within 15 %).
 import argparse
 import os
 import statistics
-import subprocess
 import tempfile
 
 from psar_exp import ROOT, costs, runner
@@ -57,12 +56,6 @@ RING_TARGET = 0.75   # PS (S = N) ÷ ring, at most
 MODEL_TOLERANCE = 0.15  # |PS ÷ its α-β prediction − 1|, at most
 CLUSTER = {"name": "psar-sp", "subnet": "10.99.230.0/24"}
 FIELDS = ["rep", "where", "N", "method", "servers", "chunk_bytes", "size", "time_s", "echo_s"]
-
-
-def machine_lines():
-    up = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    vm = subprocess.run(["vmstat", "1", "3"], capture_output=True, text=True).stdout.rstrip()
-    return [f"uptime: {up}", "vmstat 1 3:", vm]
 
 
 def locked(cmd):
@@ -145,12 +138,12 @@ def measure(args):
     rows, notes = [], [f"commit {state['commit']}"]
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
-            notes += [f"repetition {rep}:"] + machine_lines()
+            notes += [f"repetition {rep}:"] + runner.machine_lines()
             rows += measure_emulator(psar, rep, tmp)
             if not args.no_cluster:
                 rows += measure_cluster(psar, rep, tmp, notes)
             write_csv(os.path.join(data, "runs.csv"), rows, FIELDS)
-    notes += ["after the runs:"] + machine_lines()
+    notes += ["after the runs:"] + runner.machine_lines()
     write_text(os.path.join(data, "machine.txt"), "\n".join(notes) + "\n")
     write_readme(args.out, psar)
     runner.record_provenance(args.out, state)

@@ -75,7 +75,6 @@ import glob
 import math
 import os
 import statistics
-import subprocess
 import time
 
 import yaml
@@ -250,15 +249,6 @@ def one(psar, row, backend, run_dir):
     return fields
 
 
-def machine_lines():
-    """uptime and vmstat (its `st` column: steal) at this moment."""
-    out = []
-    for cmd in (["uptime"], ["vmstat", "1", "3"]):
-        done = runner.launch(cmd, echo=False)
-        out.append("$ " + " ".join(cmd) + "\n" + done.stdout.rstrip())
-    return "\n".join(out)
-
-
 def measure(args):
     data = os.path.join(args.out, "data")
     os.makedirs(data, exist_ok=True)
@@ -266,7 +256,7 @@ def measure(args):
     rows = [r for r in args.rows.split(",") if r] if args.rows else ORDER
     before = runner.machine_state()
     states = [f"Before the runs ({time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}):\n"
-              + machine_lines()]
+              + "\n".join(runner.machine_lines())]
     start = time.monotonic()
     new = not os.path.exists(path)
     with open(path, "a", newline="") as f:
@@ -290,14 +280,14 @@ def measure(args):
                             fcntl.flock(lock, fcntl.LOCK_EX)
                             fields = one(args.psar, row, backend, run_dir)
                     except (runner.RunError, OSError, KeyError, ValueError,
-                            subprocess.TimeoutExpired) as e:
+                            runner.TimeoutExpired) as e:
                         print(f"where_ps_wins: {row} {backend} rep {rep} failed: {e}"[:2000])
                         fields = {k: "" for k in FIELDS[4:]}
                         fields["status"] = "failed"
                     w.writerow({"row": row, "backend": backend, "rep": rep, **fields})
                     f.flush()
     states.append(f"After the runs ({time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}):\n"
-                  + machine_lines())
+                  + "\n".join(runner.machine_lines()))
     stem = os.path.splitext(args.csv)[0]
     write_text(os.path.join(data, "machine.txt" if stem == "runs" else f"machine_{stem}.txt"),
                runner.machine_note(before) + "\n\n" + "\n\n".join(states) + "\n")

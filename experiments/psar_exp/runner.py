@@ -284,6 +284,18 @@ def cpu_times(stat_path="/proc/stat"):
     return values[7], sum(values[:8])
 
 
+# A launch that ran past its timeout (launch(..., timeout=...)) raises this.
+TimeoutExpired = subprocess.TimeoutExpired
+
+
+def machine_lines():
+    """`uptime` and `vmstat 1 3` (its `st` column: steal) now, as lines for a
+    results folder's machine notes."""
+    up = run(["uptime"], echo=False).strip()
+    vm = run(["vmstat", "1", "3"], echo=False).rstrip()
+    return [f"uptime: {up}", "vmstat 1 3:", vm]
+
+
 def machine_state():
     """A snapshot of the host before timed runs, for machine_note(): the
     1-minute load average and the CPU times (steal)."""

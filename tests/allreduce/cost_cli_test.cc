@@ -60,8 +60,9 @@ TEST(PsarCost, TheRingRowIsTheDocumentedFormWorkedByHand) {
   const auto rows = lines(o.out);
   ASSERT_EQ(rows.size(), 2u) << o.out;
   EXPECT_EQ(rows[0], "algo,ranks,size,count,alpha_coef,beta_coef,gamma_coef,time_s,"
-                     "bytes_sent_total,bytes_sent_max_rank");
-  EXPECT_EQ(rows[1], "ring,4,16777216,4194304,6,25165824,12582912,0.00279824064,100663296,25165824");
+                     "bytes_sent_total,bytes_sent_max_rank,servers");
+  // servers: empty on an allreduce row (the parameter server's rows fill it).
+  EXPECT_EQ(rows[1], "ring,4,16777216,4194304,6,25165824,12582912,0.00279824064,100663296,25165824,");
 }
 
 TEST(PsarCost, DefaultsToEveryRegisteredAlgorithmForEveryPAndN) {
@@ -92,8 +93,10 @@ TEST(PsarCost, JsonCarriesTheSameRowsWithNullForUncountedBytes) {
   EXPECT_THAT(json.out, HasSubstr("{\"algo\": \"naive\", \"ranks\": 4, \"size\": 65536, "
                                   "\"count\": 16384, \"alpha_coef\": 3, \"beta_coef\": 196608, "
                                   "\"gamma_coef\": 196608, \"time_s\": 4.23216e-05,"));
-  EXPECT_THAT(json.out, HasSubstr("\"bytes_sent_total\": 786432, \"bytes_sent_max_rank\": 196608}"));
-  EXPECT_THAT(json.out, HasSubstr("\"bytes_sent_total\": null, \"bytes_sent_max_rank\": null}"));
+  EXPECT_THAT(json.out, HasSubstr("\"bytes_sent_total\": 786432, \"bytes_sent_max_rank\": 196608, "
+                                  "\"servers\": null}"));
+  EXPECT_THAT(json.out, HasSubstr("\"bytes_sent_total\": null, \"bytes_sent_max_rank\": null, "
+                                  "\"servers\": null}"));
   EXPECT_THAT(csv.out, HasSubstr("naive,4,65536,16384,3,196608,196608,4.23216e-05,"));
 }
 

@@ -115,27 +115,28 @@ void StageExecutor::ready(int chunk, int64_t begin, int64_t end) {
 void StageExecutor::need(int chunk, int64_t begin, int64_t end) {
   const double t0 = now_seconds();
   options_.param_gate->need(chunk, begin, end);
-  waited(chunk, begin, end, t0);
+  waited("params", chunk, begin, end, t0);
 }
 
 void StageExecutor::need_backward(int chunk, int64_t begin, int64_t end) {
   const double t0 = now_seconds();
   options_.param_gate->need_backward(chunk, begin, end);
-  waited(chunk, begin, end, t0);
+  waited("params_backward", chunk, begin, end, t0);
 }
 
 void StageExecutor::done(int chunk, int64_t begin, int64_t end) {
   options_.param_gate->done(chunk, begin, end);
 }
 
-void StageExecutor::waited(int chunk, int64_t begin, int64_t end, double t0) {
+void StageExecutor::waited(const char* span, int chunk, int64_t begin, int64_t end, double t0) {
   if (!running_) return;  // an evaluation's forward, outside run()
   const double t1 = now_seconds();
   running_->param_wait_s += t1 - t0;
   // A span on the compute track: where a layer waited for its parameters,
-  // and (its end) when its forward or backward began.
+  // and (its end) when its forward ("params") or backward ("params_backward")
+  // began.
   if (options_.tracer && options_.tracer->enabled())
-    options_.tracer->span("params", "sync", t0, t1, 0,
+    options_.tracer->span(span, "sync", t0, t1, 0,
                           concat("{\"chunk\":", chunk, ",\"begin\":", begin, ",\"end\":", end,
                                  "}"));
 }

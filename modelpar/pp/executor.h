@@ -122,7 +122,7 @@ class StageExecutor : private GradientSink, private ParamGate {
   void need_backward(int chunk, int64_t begin, int64_t end) override;
   void done(int chunk, int64_t begin, int64_t end) override;
   // A wait for parameters that began at t0 ended now: timed, traced.
-  void waited(int chunk, int64_t begin, int64_t end, double t0);
+  void waited(const char* span, int chunk, int64_t begin, int64_t end, double t0);
   // The stash of (chunk, micro-batch): taken at its forward, freed after its
   // last backward action.
   pp::Activations& take(int chunk, int microbatch);

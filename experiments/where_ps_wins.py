@@ -25,7 +25,8 @@ columns, their rows as rows.
 
 Columns: ps_bsp, ps_ssp (staleness 2), ps_asp, ps_backup (bsp with
 ps.backup_workers 1: 5 workers of which the first 4 pushes of each clock
-count), ring, halving_doubling, hierarchical, zero (the ring with
+count), ps_spare (bsp with as many dedicated shards as workers, 4, in chunks
+of 64 KiB: BytePS's spare servers; row spare_1gbit only), ring, halving_doubling, hierarchical, zero (the ring with
 sync.zero 1: the optimizer state sharded). The PS has one dedicated
 server rank. halving_doubling and hierarchical, the same synchronous
 barrier as the ring at d = 4 on one host, are measured in the homogeneous
@@ -41,6 +42,10 @@ from their latest checkpoint (psar_exp.runner.run_with_restarts) with a
 checkpoint every 5 (row fail_ckpt5) or 500 (fail_ckpt500: none before the
 kill) steps — the issue's 50 and 500 for a run ten times this one's 30
 steps: 50 scaled to 5, 500 left as it is, past the run's end either way.
+Row spare_1gbit: homogeneous with every rank and shard on an emulated NIC
+of 1 Gbit/s and 50 µs (net.bandwidth, net.latency), where the bytes per
+NIC decide: ps_bsp (one shard), ps_spare and ring; results/spare_servers
+measures the sync alone at 16 MiB.
 
 Time to target: worker 0's step_s (steps.csv) summed up to the first
 evaluation (eval.csv, every 5 steps) whose test accuracy reaches TARGET.
@@ -90,7 +95,11 @@ PS_BACKENDS = {
     "ps_ssp": ["ps.consistency=ssp", "ps.staleness=2"],
     "ps_asp": ["ps.consistency=asp"],
     "ps_backup": ["ps.backup_workers=1"],
+    # Spare servers: as many dedicated shards as workers, streamed in chunks.
+    "ps_spare": [f"ps.servers={WORKERS}", "ps.chunk_bytes=64K"],
 }
+# Dedicated server ranks of a PS column (one unless named).
+SERVERS = {"ps_spare": WORKERS}
 ALLREDUCE_BACKENDS = {"ring": ["sync.backend=ring"],
                       "halving_doubling": ["sync.backend=halving_doubling"],
                       "hierarchical": ["sync.backend=hierarchical"],
@@ -110,7 +119,11 @@ ROWS = {
                      f"hetero.delay.pareto_shape={PARETO_SHAPE}"],
     "fail_ckpt5": [],
     "fail_ckpt500": [],
+    # Every rank and shard a NIC of its own at 1 Gbit/s (docs/network.md).
+    "spare_1gbit": ["net.bandwidth=1Gbit", "net.latency=50us"],
 }
+# Rows on a network of their own: no α-β prediction from results/collective_cost's fit.
+OWN_NETWORK = ["spare_1gbit"]
 CHECKPOINT_EVERY = {"fail_ckpt5": 5, "fail_ckpt500": 500}
 SAME_AS_RING = ["halving_doubling", "hierarchical"]
 
@@ -119,14 +132,16 @@ def row_columns(row):
     """The columns measured in `row`."""
     if row == "fail_ckpt500":  # the PS checkpoints nothing: fail_ckpt5's runs are its cells
         return ["ring", "zero"]
+    if row == "spare_1gbit":
+        return ["ps_bsp", "ps_spare", "ring"]
     if row in ("homogeneous", "slow_2x"):
-        return COLUMNS
-    return [c for c in COLUMNS if c not in SAME_AS_RING]
+        return [c for c in COLUMNS if c != "ps_spare"]
+    return [c for c in COLUMNS if c not in SAME_AS_RING + ["ps_spare"]]
 
 
 # The order of a pass: the rows the issue's targets read first.
 ORDER = ["homogeneous", "slow_2x", "fail_ckpt5", "fail_ckpt500", "slow_4x", "delay_exponential",
-         "delay_pareto"]
+         "delay_pareto", "spare_1gbit"]
 FIELDS = ["row", "backend", "rep", "status", "target_step", "time_to_target_s", "final_accuracy",
           "lost_s", "restarts", "compute_s", "bytes_sent"]
 
@@ -146,7 +161,7 @@ def sets_for(row, backend):
     """(ranks, --set list) of one cell."""
     ps = backend in PS_BACKENDS
     workers = WORKERS + (1 if backend == "ps_backup" else 0)
-    ranks = workers + (1 if ps else 0)
+    ranks = workers + (SERVERS.get(backend, 1) if ps else 0)
     sets = (["sync.backend=ps"] + PS_BACKENDS[backend]) if ps else list(ALLREDUCE_BACKENDS[backend])
     if row.startswith("slow_"):
         sets.append(f"hetero.slow_ranks=[{slow_rank(backend)}]")
@@ -376,7 +391,7 @@ def prediction_table(cells, rows, fit, psar=None):
            + "; measured/predicted in parentheses.", "",
            "| regime | " + " | ".join(PREDICTED) + " |", "|---|" + "---|" * len(PREDICTED)]
     for row in rows:
-        if row.startswith("fail_") or row not in ROWS:
+        if row.startswith("fail_") or row not in ROWS or row in OWN_NETWORK:
             continue
         line = []
         for b in PREDICTED:

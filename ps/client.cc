@@ -17,6 +17,10 @@ namespace psar::ps {
 namespace {
 
 constexpr double kPollSlice = 0.1;
+// Requests queued on a worker's emulated NIC before the next enters the
+// transport (Client::send_due): two, so that the wire does not idle while
+// the worker wakes up to send the next.
+constexpr double kQueuedChunks = 2;
 constexpr double kGoodbyeTimeout = 5.0;  // a destructor's goodbye waits at most this long
 // Servers diagnose a stalled job at ps.timeout and tell the waiting workers
 // why; a worker waits this much longer before blaming the server itself.
@@ -137,9 +141,31 @@ void Client::round(wire::MessageType type, int64_t clock, std::span<const float>
   // possible, each worker starting at a shard of its own.
   std::vector<int64_t> chunks;
   for (const auto& s : shards_) chunks.push_back(s.waiting);
-  for (const ChunkRef& r : send_order(options_.worker, chunks))
-    send_chunk(shards_[static_cast<size_t>(r.shard)], static_cast<int>(r.chunk));
+  round_.unsent = send_order(options_.worker, chunks);
+  send_due();
   collect(timeout_s, /*block=*/true);
+}
+
+double Client::send_due() {
+  auto& unsent = round_.unsent;
+  // Under emulation a request enters the transport once the NIC's queue
+  // holds less than kQueuedChunks chunks, so that its bytes travel while the
+  // modelled wire carries them: a burst of the whole step at once would
+  // load the host's cores ahead of the wire and delay the replies that
+  // cross it meanwhile (docs/network.md). Without emulation: all at once.
+  const double bandwidth = options_.nic ? options_.nic->model().bandwidth : 0;
+  const double lead = bandwidth > 0 ? kQueuedChunks * static_cast<double>(options_.chunk_floats) *
+                                          sizeof(float) / bandwidth
+                                    : 0;
+  while (round_.next_unsent < unsent.size()) {
+    if (lead > 0) {
+      const double due = options_.nic->egress_free() - lead;
+      if (due > now_seconds()) return due;
+    }
+    const ChunkRef& r = unsent[round_.next_unsent++];
+    send_chunk(shards_[static_cast<size_t>(r.shard)], static_cast<int>(r.chunk));
+  }
+  return 0;
 }
 
 void Client::open_round(wire::MessageType type, int64_t clock, std::span<const float> grads,
@@ -148,7 +174,7 @@ void Client::open_round(wire::MessageType type, int64_t clock, std::span<const f
   if (!broken_.empty()) throw CommError(who() + ": unusable after an earlier failure: " + broken_);
   PSAR_CHECK(!round_.open, "ps client: a ", type_name(type), " of step ", clock,
              " begins while a push_pull of step ", round_.clock, " is still open");
-  round_ = Round{type, clock, grads, params, {}, shards_.size(), true, {}};
+  round_ = Round{type, clock, grads, params, {}, shards_.size(), true, {}, {}, 0};
   for (auto& s : shards_) {
     const int n = type == wire::MSG_BYE ? 1 : s.layout.chunks();
     s.answered.assign(static_cast<size_t>(n), 0);
@@ -260,7 +286,9 @@ void Client::collect(double timeout_s, bool block) {
       handle_reply(shards_[r->shard], r->frames, r->count, r->header, type, clock, params);
       answered(r->shard);
     }
-    return next;
+    // The next event: a held reply's arrival or a request's turn on the NIC.
+    const double send = send_due();
+    return next > 0 && send > 0 ? std::min(next, send) : std::max(next, send);
   };
   while (round_.busy > 0) {
     const long ms =

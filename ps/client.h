@@ -1,8 +1,9 @@
 #pragma once
 // Client: the worker side of the parameter server, one DEALER socket per
 // shard. push_pull() is one training step's synchronization: the gradient's
-// slice for each shard goes out on every socket at once, one message per
-// chunk of the shard (zero-copy: ZeroMQ reads the caller's buffer), then the
+// slice for each shard goes out on every socket, one message per chunk of
+// the shard (zero-copy: ZeroMQ reads the caller's buffer; under network
+// emulation each once the worker's NIC has at most two queued), then the
 // replies are collected from whichever shard answers first (polling all
 // sockets) and each chunk is copied into the parameters as it arrives.
 //
@@ -138,6 +139,9 @@ class Client {
   void open_round(wire::MessageType type, int64_t clock, std::span<const float> grads,
                   std::span<float> params);
   void send_chunk(Shard& shard, int chunk);
+  // Sends the round's unsent requests that are due (all at once without
+  // emulation); returns when the next is due (0: none left).
+  double send_due();
   // Takes the replies that arrived; with `block`, until every chunk is
   // answered (deadline timeout_s + 1 s from now), then closes the round.
   void collect(double timeout_s, bool block);
@@ -172,6 +176,8 @@ class Client {
     size_t busy = 0;
     bool open = false;
     std::map<int64_t, int64_t> given;  // staged push_pull: key ranges given, begin -> end
+    std::vector<ChunkRef> unsent;      // a whole push_pull's requests, in send_order
+    size_t next_unsent = 0;            // the first of them not yet sent
   };
 
   ClientOptions options_;

@@ -23,7 +23,6 @@ compute start. --high-priority runs psar in its own autogroup at nice -19
 (runner.run), which other sessions' work does not outrank.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -199,30 +198,27 @@ def regenerate(folder, results=None):
     return {"README.md#table": table(folder)}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base", required=True, help="the psar binary to compare against")
-    ap.add_argument("--base-no-overwrite", action="store_true",
-                    help="the base binary predates psar train's --overwrite")
-    ap.add_argument("--psar", default=None, help="the tree's binary (default: build/trainer/psar)")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--high-priority", action="store_true")
-    ap.add_argument("--trace", action="store_true")
-    ap.add_argument("--out", help="default: runs/pp_hop, or results/pp_hop with --reference")
-    ap.add_argument("--tmp", default="/tmp/psar_pp_hop", help="where the runs themselves go")
-    runner.add_output_flags(ap)
-    args = ap.parse_args()
-    args.out = args.out or os.path.join(runner.output_root(args), "pp_hop")
-    args.psar = runner.psar_binary(args.psar)
-    state = runner.begin(args.out, args.exploratory, args.psar, reference=args.reference)
+def measure_both(args):
     base = runner.binary_build(args.base)
     if not base or not base[0] or base[1]:
         raise runner.RunError(f"--base {args.base}: no clean build stamp beside it "
                               f"({runner.BUILD_STAMP}; build it with scripts/build.sh)")
-    measure(args, {"base": base[0], "new": state["binary"]})
+    measure(args, {"base": base[0], "new": args.state["binary"]})
     generated.update_readme(args.out, {"table": table(args.out)})
-    runner.record_provenance(args.out, state, args.high_priority)
+
+
+def launcher():
+    launch = runner.Launcher(__doc__, "pp_hop", runs={"measure": measure_both})
+    ap = launch.parser
+    ap.add_argument("--base", required=True, help="the psar binary to compare against")
+    ap.add_argument("--base-no-overwrite", action="store_true",
+                    help="the base binary predates psar train's --overwrite")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--high-priority", action="store_true")
+    ap.add_argument("--trace", action="store_true")
+    ap.add_argument("--tmp", default="/tmp/psar_pp_hop", help="where the runs themselves go")
+    return launch
 
 
 if __name__ == "__main__":
-    runner.main_guard("pp_hop.py", main)
+    runner.main_guard("pp_hop.py", launcher().main)

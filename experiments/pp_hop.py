@@ -8,8 +8,13 @@ average, vmstat's steal column and the CPU pressure over the run recorded
 beside it. Writes each run's pipeline.csv under data/, one row per run in
 data/runs.csv and README.md's table (medians of the repetitions).
 
-    experiments/pp_hop.py --base PSAR [--reps 3] [--high-priority] [--trace]
+    experiments/pp_hop.py --base PSAR [--base-no-overwrite] [--reps 3]
+                          [--high-priority] [--trace]
                           [--reference | --exploratory] [--out DIR]
+
+--base-no-overwrite runs a base binary from before `psar train` had
+--overwrite (before the one-model redesign): its run directories are
+removed first and the flag is left out of its command.
 
 --trace adds one traced run per binary and point (train.trace) and, from
 the traces, where a hop's microseconds go: the producer's compute end to its
@@ -18,7 +23,6 @@ compute start. --high-priority runs psar in its own autogroup at nice -19
 (runner.run), which other sessions' work does not outrank.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -56,13 +60,17 @@ def vmstat_steal():
     return last[head.index("st")] if "st" in head else ""
 
 
-def run_once(binary, label, exp, sets, out, high_priority, trace):
-    """One run of a point; returns its pipeline row (stage 'all'), CPU pressure, load, steal."""
+def run_once(binary, label, exp, sets, out, high_priority, trace, no_overwrite=False):
+    """One run of a point; returns its pipeline row (stage 'all'), CPU pressure, load, steal.
+    `no_overwrite`: the binary predates --overwrite; `out` is removed instead."""
     load = os.getloadavg()[0]
     steal = vmstat_steal()
     point = runner.Point(os.path.basename(out), 4, sets + (["train.trace=true"] if trace else []))
     cmd = ["flock", runner.MEASURE_LOCK] + runner.train_command(
         binary, os.path.join(HERE, exp + ".yaml"), out, point, ["--quiet"])
+    if no_overwrite:
+        cmd.remove("--overwrite")
+        shutil.rmtree(out, ignore_errors=True)
     total0, t0 = stall_us()[0], time.time()
     runner.run(cmd, high_priority=high_priority)
     pressure = 100 * (stall_us()[0] - total0) / 1e6 / (time.time() - t0)
@@ -124,7 +132,8 @@ def measure(args, commit_of):
                     f.write(f"## {label} {side} rep {rep}\n")
                     f.write(runner.run(["uptime"], echo=False))
                 row, pressure, load, steal = run_once(sides[side], label, exp, sets, out,
-                                                      args.high_priority, False)
+                                                      args.high_priority, False,
+                                                      side == "base" and args.base_no_overwrite)
                 shutil.copy(os.path.join(out, "pipeline.csv"),
                             os.path.join(data, f"{slug(label)}_{side}_rep{rep}.csv"))
                 rows.append({"point": label, "side": side, "commit": commit_of[side], "rep": rep,
@@ -137,7 +146,8 @@ def measure(args, commit_of):
             for side in ("base", "new"):
                 out = os.path.join(args.tmp, f"{slug(label)}_{side}_trace")
                 _, pressure, load, steal = run_once(sides[side], label, exp, sets, out,
-                                                    args.high_priority, True)
+                                                    args.high_priority, True,
+                                                    side == "base" and args.base_no_overwrite)
                 parts = hop_parts(os.path.join(out, "trace.json"))
                 trace_rows.append({"point": label, "side": side, "commit": commit_of[side],
                                    **{k + "_us": f"{parts[k]:.2f}" for k in (
@@ -188,28 +198,27 @@ def regenerate(folder, results=None):
     return {"README.md#table": table(folder)}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base", required=True, help="the psar binary to compare against")
-    ap.add_argument("--psar", default=None, help="the tree's binary (default: build/trainer/psar)")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--high-priority", action="store_true")
-    ap.add_argument("--trace", action="store_true")
-    ap.add_argument("--out", help="default: runs/pp_hop, or results/pp_hop with --reference")
-    ap.add_argument("--tmp", default="/tmp/psar_pp_hop", help="where the runs themselves go")
-    runner.add_output_flags(ap)
-    args = ap.parse_args()
-    args.out = args.out or os.path.join(runner.output_root(args), "pp_hop")
-    args.psar = runner.psar_binary(args.psar)
-    state = runner.begin(args.out, args.exploratory, args.psar, reference=args.reference)
+def measure_both(args):
     base = runner.binary_build(args.base)
     if not base or not base[0] or base[1]:
         raise runner.RunError(f"--base {args.base}: no clean build stamp beside it "
                               f"({runner.BUILD_STAMP}; build it with scripts/build.sh)")
-    measure(args, {"base": base[0], "new": state["binary"]})
+    measure(args, {"base": base[0], "new": args.state["binary"]})
     generated.update_readme(args.out, {"table": table(args.out)})
-    runner.record_provenance(args.out, state, args.high_priority)
+
+
+def launcher():
+    launch = runner.Launcher(__doc__, "pp_hop", runs={"measure": measure_both})
+    ap = launch.parser
+    ap.add_argument("--base", required=True, help="the psar binary to compare against")
+    ap.add_argument("--base-no-overwrite", action="store_true",
+                    help="the base binary predates psar train's --overwrite")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--high-priority", action="store_true")
+    ap.add_argument("--trace", action="store_true")
+    ap.add_argument("--tmp", default="/tmp/psar_pp_hop", help="where the runs themselves go")
+    return launch
 
 
 if __name__ == "__main__":
-    runner.main_guard("pp_hop.py", main)
+    runner.main_guard("pp_hop.py", launcher().main)

@@ -1,6 +1,8 @@
 """psar's experiment harness as one package.
 
-    runner   mpirun with this machine's flags, the psar binary, sweep expansion
+    runner   mpirun with this machine's flags, the psar binary, sweep expansion,
+             and Launcher: the flags, output folder and provenance every
+             experiment script shares
     io       CSV reading, atomic writes, Markdown tables
     units    sizes, durations and bandwidths as psar spells them
     costs    the allreduce cost forms and exact byte counts, from `psar cost`

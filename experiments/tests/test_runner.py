@@ -263,3 +263,27 @@ def test_a_failed_job_is_relaunched_from_its_latest_checkpoint_one_rank_smaller(
     with pytest.raises(runner.RunError, match="failed 2 time"):
         runner.run_with_restarts(train_cmd, 4, str(tmp_path / "other"), max_restarts=1, launch=always)
     assert [c[2] for c in calls] == ["4", "3"]
+
+
+def test_a_launcher_runs_a_report_alone_and_a_run_between_begin_and_its_provenance(tmp_path):
+    calls = []
+    launch = runner.Launcher("Test launcher.\n\nMore.", "launcher_test",
+                             runs={"go": lambda args: calls.append(("go", args.state["problems"]))},
+                             reports={"rep": lambda args: calls.append(("rep", args.out))})
+    launch.parser.add_argument("--steps", type=int, default=3)
+    out = str(tmp_path / "out")
+    args = launch.main(["rep", "--out", out])
+    assert calls == [("rep", out)] and args.steps == 3 and args.psar is None
+    assert not os.path.exists(os.path.join(out, "README.md"))  # a report records no provenance
+    calls.clear()
+    # A binary without a build stamp: an exploratory run is marked so, never refused.
+    fake = tmp_path / "psar"
+    fake.write_text("")
+    fake.chmod(0o755)
+    launch.main(["go", "--out", out, "--exploratory", "--psar", str(fake)])
+    assert len(calls) == 1 and calls[0][0] == "go" and calls[0][1]
+    with open(os.path.join(out, "README.md")) as f:
+        assert runner.PROVENANCE_BEGIN in f.read()
+    with pytest.raises(runner.RunError, match="refusing to run"):
+        launch.main(["go", "--out", out, "--psar", str(fake)])
+    assert len(calls) == 1

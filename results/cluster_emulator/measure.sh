@@ -5,9 +5,15 @@
 # the side that goes first alternating; every run under the measurement lock,
 # the cluster brought up before and taken down after each of its runs.
 #
-#   results/cluster_emulator/measure.sh PSAR OUT_DIR
+#   results/cluster_emulator/measure.sh PSAR OUT_DIR [REP...]
+#
+# REP: the repetitions to run (default 1 2 3), so that a sitting can be split
+# into several invocations; odd ones run the cluster first.
 set -uo pipefail
 psar=$1 out=$2
+shift 2
+reps=("$@")
+(($#)) || reps=(1 2 3)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$out"
 algos=ring,tree,butterfly,halving_doubling,naive,hierarchical
@@ -26,7 +32,7 @@ cluster() {
     "$psar" "${bench[@]}" --csv "$out/cluster_rep$1.csv" > "$out/cluster_rep$1.txt" 2>&1
   "$root/scripts/cluster.sh" --name psar-p4 down
 }
-cluster 1; emulator 1
-emulator 2; cluster 2
-cluster 3; emulator 3
+for k in "${reps[@]}"; do
+  if ((k % 2)); then cluster "$k"; emulator "$k"; else emulator "$k"; cluster "$k"; fi
+done
 state end

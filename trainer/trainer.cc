@@ -408,7 +408,7 @@ class TrainingRun {
     sync_ = setup_.sync.get();
     // A backend whose servers keep the optimizer state (the parameter server)
     // saves it at train.checkpoint_every steps only: an early stop must fall on one.
-    if (o_.exit_at_step > 0 && !sync_->optimizer() &&
+    if (o_.exit_at_step > 0 && sync_->servers_keep_state() &&
         (o_.checkpoint_every == 0 || o_.exit_at_step % o_.checkpoint_every != 0))
       throw ConfigError("train.exit_at_step " + std::to_string(o_.exit_at_step) +
                         " with sync.backend " + sync_name_ +
@@ -705,7 +705,7 @@ class TrainingRun {
     // train.exit_*, with checkpoints on after a signal.
     const bool periodic = o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0;
     const bool stop_saves = (stop == kExit || (stop == kTerminate && o_.checkpoint_every > 0)) &&
-                            sync_->optimizer() != nullptr;
+                            !sync_->servers_keep_state();
     const bool checkpoints = (periodic || stop_saves) && !options_.out_dir.empty();
     const bool evaluates = model_->evaluates() && plan_.eval_after(step + 1);
     // An evaluation, a checkpoint and the end of training read every parameter.

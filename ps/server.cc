@@ -70,31 +70,40 @@ void Server::restore(const ShardSnapshot& snap) {
   PSAR_CHECK(snap.params.size() == static_cast<size_t>(options_.range.size()), "ps shard ",
              options_.shard, ": snapshot holds ", snap.params.size(), " floats, range ",
              to_string(options_.range));
-  size_t versions = 0;  // into snap.row_versions
-  for (int c = 0; c < layout_.chunks(); ++c) {
-    const KeyRange keys = layout_.chunk(c);
+  PSAR_CHECK(snap.chunk_rows.empty() || snap.chunk_rows.size() == chunks_.size(), "ps shard ",
+             options_.shard, ": the snapshot counts the rows of ", snap.chunk_rows.size(),
+             " chunks, the shard has ", chunks_.size());
+  size_t rows = 0;    // into snap.rows and snap.row_versions
+  size_t floats = 0;  // into each of snap.optimizer_state
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    ShardState& chunk = *chunks_[c];
+    const KeyRange keys = chunk.options().range;
     const auto off = static_cast<size_t>(keys.begin - options_.range.begin);
     const auto n = static_cast<size_t>(keys.size());
+    const auto count = static_cast<size_t>(snap.chunk_rows.empty() ? 0 : snap.chunk_rows[c]);
+    PSAR_CHECK(rows + count <= snap.rows.size() && snap.rows.size() == snap.row_versions.size(),
+               "ps shard ", options_.shard, ": the snapshot holds ", snap.rows.size(), " rows and ",
+               snap.row_versions.size(), " versions, chunk ", c, " needs ", rows + count);
+    const auto mine = std::span<const int64_t>(snap.rows).subspan(rows, count);
+    const auto size = static_cast<size_t>(chunk.saved_floats(mine));
     std::vector<std::span<const float>> state;
     for (const auto& b : snap.optimizer_state) {
-      PSAR_CHECK(b.size() == snap.params.size(), "ps shard: optimizer buffer size");
-      state.push_back(std::span<const float>(b).subspan(off, n));
+      PSAR_CHECK(floats + size <= b.size(), "ps shard ", options_.shard,
+                 ": an optimizer buffer of the snapshot holds ", b.size(), " floats, chunk ", c,
+                 " needs ", floats + size);
+      state.push_back(std::span<const float>(b).subspan(floats, size));
     }
-    chunks_[static_cast<size_t>(c)]->restore(snap.clock,
-                                             std::span<const float>(snap.params).subspan(off, n),
-                                             snap.optimizer_steps, state);
-    ShardState& chunk = *chunks_[static_cast<size_t>(c)];
-    const size_t rows = chunk.versions().size();
-    PSAR_CHECK(versions + rows <= snap.row_versions.size(), "ps shard ", options_.shard,
-               ": the snapshot holds ", snap.row_versions.size(), " row versions, chunk ", c,
-               " needs ", versions + rows);
-    if (rows > 0)
-      chunk.set_versions(std::span<const int64_t>(snap.row_versions).subspan(versions, rows));
-    versions += rows;
+    chunk.restore(snap.clock, std::span<const float>(snap.params).subspan(off, n),
+                  snap.optimizer_steps, state, mine,
+                  std::span<const int64_t>(snap.row_versions).subspan(rows, count));
+    rows += count;
+    floats += size;
   }
-  PSAR_CHECK(versions == snap.row_versions.size(), "ps shard ", options_.shard,
-             ": the snapshot holds ", snap.row_versions.size(), " row versions, its chunks ",
-             versions);
+  PSAR_CHECK(rows == snap.rows.size(), "ps shard ", options_.shard, ": the snapshot holds ",
+             snap.rows.size(), " rows, its chunks ", rows);
+  for (const auto& b : snap.optimizer_state)
+    PSAR_CHECK(b.size() == floats, "ps shard ", options_.shard, ": an optimizer buffer of ",
+               b.size(), " floats, its chunks ", floats);
 }
 
 void Server::snapshot_if_due(int chunk) {
@@ -102,13 +111,11 @@ void Server::snapshot_if_due(int chunk) {
   ShardState& state = *chunks_[static_cast<size_t>(chunk)];
   const int64_t clock = state.applied();
   if (clock == 0 || clock % options_.checkpoint_every != 0) return;
-  const auto buffers = state.optimizer().state();
   if (pending_chunks_ == 0) {
     pending_.shard = options_.shard;
     pending_.clock = clock;
     pending_.params.assign(static_cast<size_t>(options_.range.size()), 0.0f);
-    pending_.optimizer_state.assign(buffers.size(), pending_.params);
-    pending_versions_.assign(static_cast<size_t>(layout_.chunks()), {});
+    pending_saved_.assign(chunks_.size(), {});
   }
   PSAR_CHECK(pending_.clock == clock, "ps shard ", options_.shard, ": chunk ", chunk,
              " applied clock ", clock, " while the checkpoint of clock ", pending_.clock,
@@ -116,18 +123,38 @@ void Server::snapshot_if_due(int chunk) {
   const auto off = static_cast<size_t>(state.options().range.begin - options_.range.begin);
   const auto values = state.params().view();
   std::copy(values.begin(), values.end(), pending_.params.begin() + static_cast<ptrdiff_t>(off));
-  for (size_t b = 0; b < buffers.size(); ++b)
-    std::copy(buffers[b].begin(), buffers[b].end(),
-              pending_.optimizer_state[b].begin() + static_cast<ptrdiff_t>(off));
-  pending_.optimizer_steps = state.optimizer().steps();
-  const auto versions = state.versions();
-  pending_versions_[static_cast<size_t>(chunk)].assign(versions.begin(), versions.end());
+  pending_saved_[static_cast<size_t>(chunk)] = state.saved();
   if (++pending_chunks_ < layout_.chunks()) return;
   pending_chunks_ = 0;
+  pending_.optimizer_steps = pending_saved_.front().optimizer_steps;
+  pending_.optimizer_state.assign(pending_saved_.front().optimizer_state.size(), {});
+  pending_.rows.clear();
   pending_.row_versions.clear();
-  for (const auto& v : pending_versions_)
-    pending_.row_versions.insert(pending_.row_versions.end(), v.begin(), v.end());
+  pending_.chunk_rows.clear();
+  const bool sparse = std::any_of(chunks_.begin(), chunks_.end(),
+                                  [](const auto& c) { return c->sparse(); });
+  for (ShardState::Saved& saved : pending_saved_) {
+    for (size_t b = 0; b < saved.optimizer_state.size(); ++b)
+      pending_.optimizer_state[b].insert(pending_.optimizer_state[b].end(),
+                                         saved.optimizer_state[b].begin(),
+                                         saved.optimizer_state[b].end());
+    pending_.rows.insert(pending_.rows.end(), saved.rows.begin(), saved.rows.end());
+    pending_.row_versions.insert(pending_.row_versions.end(), saved.versions.begin(),
+                                 saved.versions.end());
+    if (sparse) pending_.chunk_rows.push_back(static_cast<int64_t>(saved.rows.size()));
+  }
+  pending_saved_.clear();
   options_.on_checkpoint(pending_);
+}
+
+ShardState::StateBytes Server::state_bytes() const {
+  ShardState::StateBytes sum;
+  for (const auto& c : chunks_) {
+    const ShardState::StateBytes b = c->state_bytes();
+    sum.held += b.held;
+    sum.allocated += b.allocated;
+  }
+  return sum;
 }
 
 Server::~Server() = default;

@@ -55,10 +55,14 @@ struct ShardSnapshot {
   int64_t clock = 0;
   std::vector<float> params;  // the shard's key range
   int64_t optimizer_steps = 0;
-  std::vector<std::vector<float>> optimizer_state;  // each buffer over the key range
-  // Sparse rows (ServerOptions::rows): each chunk's row versions
-  // (ShardState::versions()), chunk after chunk; empty for a dense shard.
-  std::vector<int64_t> row_versions;
+  // Each optimizer buffer as its chunks saved it (ShardState::Saved: a
+  // dense chunk over its range, a sparse one its tail and touched rows),
+  // chunk after chunk.
+  std::vector<std::vector<float>> optimizer_state;
+  // Sparse rows (ServerOptions::rows): the rows each chunk's updates
+  // touched (ascending) and their versions, chunk after chunk, and how many
+  // each chunk holds; empty for a dense shard.
+  std::vector<int64_t> rows, row_versions, chunk_rows;
 };
 
 struct ServerOptions {
@@ -140,6 +144,8 @@ class Server {
   std::vector<float> params() const;
   int64_t applied() const;       // updates applied to every chunk
   int64_t param_copies() const;  // copy-on-write events (replies still in flight at an update)
+  // The chunks' optimizer state and touched-row index (ShardState::state_bytes).
+  ShardState::StateBytes state_bytes() const;
   const ShardLayout& layout() const { return layout_; }
 
  private:
@@ -206,7 +212,7 @@ class Server {
   std::vector<char> told_;  // by worker: sent that failure
   std::atomic<bool> stop_{false};
   ShardSnapshot pending_;  // the checkpoint being collected from the chunks
-  std::vector<std::vector<int64_t>> pending_versions_;  // by chunk (sparse rows)
+  std::vector<ShardState::Saved> pending_saved_;  // by chunk
   int pending_chunks_ = 0;
 
   struct Counters {

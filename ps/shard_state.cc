@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "core/errors.h"
 #include "core/ops.h"
@@ -161,7 +162,12 @@ ShardState::ShardState(const ShardStateOptions& options, std::span<const float> 
     : options_(options),
       rows_(rows),
       params_(initial),
-      optimizer_(make_optimizer(options.optimizer, options.range.size())),
+      // A sparse shard's optimizer holds the tail's state, then the touched
+      // rows' (at least one float, so that every buffer exists).
+      optimizer_(make_optimizer(options.optimizer,
+                                rows.sparse(options.range)
+                                    ? std::max<int64_t>(rows.tail(options.range).size(), 1)
+                                    : options.range.size())),
       pushed_(static_cast<size_t>(options.workers), 0),
       dropped_(static_cast<size_t>(options.workers), 0),
       left_(static_cast<size_t>(options.workers), 0),
@@ -176,9 +182,9 @@ ShardState::ShardState(const ShardStateOptions& options, std::span<const float> 
   check_backup_workers(options.backup_workers, options.workers, options.consistency);
   sparse_ = rows.sparse(options.range);
   if (sparse_) {
-    const auto [first, last] = rows.rows_in(options.range);
-    first_row_ = first;
-    version_.assign(static_cast<size_t>(last - first), 0);
+    std::tie(first_row_, last_row_) = rows.rows_in(options.range);
+    state_used_ = rows.tail(options.range).size();
+    state_capacity_ = std::max<int64_t>(state_used_, 1);
     // Enough updates for a pull within the staleness bound, or one per worker under asp.
     recent_cap_ = static_cast<size_t>(options.workers + options.staleness + 2);
   }
@@ -230,8 +236,8 @@ bool ShardState::push(int worker, int64_t clock, Gradient grad) {
   };
   auto owned = std::make_shared<Owned>();
   owned->data = std::move(grad.owner);
-  owned->rows.resize(version_.size());
-  for (size_t i = 0; i < version_.size(); ++i) owned->rows[i] = first_row_ + static_cast<int64_t>(i);
+  owned->rows.resize(static_cast<size_t>(last_row_ - first_row_));
+  for (size_t i = 0; i < owned->rows.size(); ++i) owned->rows[i] = first_row_ + static_cast<int64_t>(i);
   const std::span<const int64_t> rows = owned->rows;
   return take(worker, clock, Pushed{grad.data, std::move(owned), rows});
 }
@@ -377,24 +383,27 @@ void ShardState::update(std::span<const int64_t> rows, std::span<const float> gr
     ++applied_;
     return;
   }
-  // Step runs of rows adjacent both in the range and in `grad` as one slice.
+  const std::vector<size_t> where = touch(rows);
+  // Step runs of rows adjacent in the range, in `grad` and in the state as one slice.
   int64_t at = 0;  // into grad
   for (size_t i = 0; i < rows.size();) {
-    const KeyRange first = extent(rows[i]);
-    KeyRange run = first;
+    KeyRange run = extent(rows[i]);
+    const int64_t state = index_[where[i]].at;
     size_t j = i + 1;
-    for (; j < rows.size() && rows[j] == rows[j - 1] + 1; ++j) run.end = extent(rows[j]).end;
+    for (; j < rows.size() && rows[j] == rows[j - 1] + 1 &&
+           index_[where[j]].at == state + run.size();
+         ++j)
+      run.end = extent(rows[j]).end;
     const auto n = static_cast<size_t>(run.size());
-    optimizer_->step_slice(run.begin, params.subspan(static_cast<size_t>(run.begin), n),
+    optimizer_->step_slice(state, params.subspan(static_cast<size_t>(run.begin), n),
                            grad.subspan(static_cast<size_t>(at), n));
     at += run.size();
     i = j;
   }
   const KeyRange tail = rows_.tail(options_.range);
-  if (tail.size() > 0) {
+  if (tail.size() > 0) {  // its state comes first
     const auto off = static_cast<size_t>(tail.begin - options_.range.begin);
-    optimizer_->step_slice(static_cast<int64_t>(off),
-                           params.subspan(off, static_cast<size_t>(tail.size())),
+    optimizer_->step_slice(0, params.subspan(off, static_cast<size_t>(tail.size())),
                            grad.subspan(static_cast<size_t>(at)));
     at += tail.size();
   }
@@ -402,9 +411,68 @@ void ShardState::update(std::span<const int64_t> rows, std::span<const float> gr
              " floats used ", at);
   optimizer_->end_step();
   ++applied_;
-  for (int64_t r : rows) version_[static_cast<size_t>(r - first_row_)] = applied_;
+  for (size_t w : where) index_[w].version = applied_;
   if (recent_.size() == recent_cap_) recent_.erase(recent_.begin());
   recent_.push_back({applied_, std::vector<int64_t>(rows.begin(), rows.end())});
+}
+
+namespace {
+constexpr auto kByRow = [](const auto& e, int64_t row) { return e.row < row; };
+}  // namespace
+
+std::vector<size_t> ShardState::touch(std::span<const int64_t> rows) {
+  // The rows not in the index yet, each with fresh state after the last.
+  std::vector<Entry> fresh;
+  auto it = index_.begin();
+  for (int64_t r : rows) {
+    it = std::lower_bound(it, index_.end(), r, kByRow);
+    if (it != index_.end() && it->row == r) continue;
+    fresh.push_back({r, state_used_, 0});
+    state_used_ += extent(r).size();
+  }
+  if (!fresh.empty()) {
+    reserve_state(state_used_);
+    // Merged in from the back (both ascending).
+    size_t a = index_.size(), b = fresh.size(), out = a + b;
+    index_.resize(out);
+    while (b > 0)
+      index_[--out] = a > 0 && index_[a - 1].row > fresh[b - 1].row ? index_[--a] : fresh[--b];
+  }
+  std::vector<size_t> where;
+  where.reserve(rows.size());
+  auto at = index_.begin();
+  for (int64_t r : rows) {
+    at = std::lower_bound(at, index_.end(), r, kByRow);
+    where.push_back(static_cast<size_t>(at - index_.begin()));
+  }
+  return where;
+}
+
+void ShardState::reserve_state(int64_t floats) {
+  if (floats <= state_capacity_) return;
+  // A bigger optimizer with the old state at its head (amortized doubling).
+  const int64_t capacity = std::max(floats, 2 * state_capacity_);
+  auto bigger = make_optimizer(options_.optimizer, capacity);
+  const auto from = optimizer_->state(), to = bigger->state();
+  for (size_t b = 0; b < from.size(); ++b)
+    std::copy(from[b].begin(), from[b].end(), to[b].begin());
+  bigger->set_steps(optimizer_->steps());
+  optimizer_ = std::move(bigger);
+  state_capacity_ = capacity;
+}
+
+int64_t ShardState::version(int64_t row) const {
+  const auto it = std::lower_bound(index_.begin(), index_.end(), row, kByRow);
+  return it != index_.end() && it->row == row ? it->version : 0;
+}
+
+ShardState::StateBytes ShardState::state_bytes() const {
+  const auto buffers = static_cast<int64_t>(optimizer_->state().size());
+  constexpr auto kFloat = static_cast<int64_t>(sizeof(float));
+  if (!sparse_) return {buffers * options_.range.size() * kFloat, buffers * options_.range.size() * kFloat};
+  constexpr auto kEntry = static_cast<int64_t>(sizeof(Entry));
+  return {buffers * state_used_ * kFloat + static_cast<int64_t>(index_.size()) * kEntry,
+          buffers * state_capacity_ * kFloat + static_cast<int64_t>(index_.capacity()) * kEntry};
 }
 
 std::vector<int64_t> ShardState::rows_since(int64_t version) const {
@@ -424,16 +492,9 @@ std::vector<int64_t> ShardState::rows_since(int64_t version) const {
     }
     return out;
   }
-  for (size_t i = 0; i < version_.size(); ++i)
-    if (version_[i] > version) out.push_back(first_row_ + static_cast<int64_t>(i));
+  for (const Entry& e : index_)
+    if (e.version > version) out.push_back(e.row);
   return out;
-}
-
-void ShardState::set_versions(std::span<const int64_t> versions) {
-  PSAR_CHECK(versions.size() == version_.size(), "ps shard: ", versions.size(),
-             " row versions for ", version_.size(), " rows");
-  std::copy(versions.begin(), versions.end(), version_.begin());
-  recent_.clear();  // rows_since() scans the versions until the log covers it again
 }
 
 void ShardState::check_pull(int worker, int64_t clock) const {
@@ -521,19 +582,69 @@ std::vector<int> ShardState::waiting_for() const {
   return out;
 }
 
+int64_t ShardState::saved_floats(std::span<const int64_t> rows) const {
+  if (!sparse_) return options_.range.size();
+  int64_t floats = rows_.tail(options_.range).size();
+  for (int64_t r : rows) floats += extent(r).size();
+  return floats;
+}
+
+ShardState::Saved ShardState::saved() const {
+  Saved out;
+  out.optimizer_steps = optimizer_->steps();
+  const auto state = optimizer_->state();
+  if (!sparse_) {
+    for (const auto& b : state) out.optimizer_state.emplace_back(b.begin(), b.end());
+    return out;
+  }
+  for (const Entry& e : index_) {
+    out.rows.push_back(e.row);
+    out.versions.push_back(e.version);
+  }
+  const int64_t tail = rows_.tail(options_.range).size();
+  for (const auto& b : state) {
+    std::vector<float>& v = out.optimizer_state.emplace_back(b.begin(), b.begin() + tail);
+    v.reserve(static_cast<size_t>(saved_floats(out.rows)));
+    for (const Entry& e : index_)
+      v.insert(v.end(), b.begin() + e.at, b.begin() + e.at + extent(e.row).size());
+  }
+  return out;
+}
+
 void ShardState::restore(int64_t clock, std::span<const float> params, int64_t optimizer_steps,
-                         const std::vector<std::span<const float>>& optimizer_state) {
+                         const std::vector<std::span<const float>>& optimizer_state,
+                         std::span<const int64_t> rows, std::span<const int64_t> versions) {
   PSAR_CHECK(options_.consistency == Consistency::kBsp, "ps shard: restore needs bsp");
   PSAR_CHECK(applied_ == 0, "ps shard: restore after updates");
   PSAR_CHECK(params.size() == static_cast<size_t>(options_.range.size()), "ps shard: restoring ",
              params.size(), " floats into ", to_string(options_.range));
+  PSAR_CHECK(rows.size() == versions.size() && (sparse_ || rows.empty()), "ps shard: restoring ",
+             rows.size(), " rows with ", versions.size(), " versions into a ",
+             sparse_ ? "sparse" : "dense", " shard");
   const std::span<float> mine = params_.writable();
   std::copy(params.begin(), params.end(), mine.begin());
+  if (sparse_) {  // the index as saved: the tail's state, then the rows' in order
+    index_.clear();
+    state_used_ = rows_.tail(options_.range).size();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      PSAR_CHECK(rows[i] >= first_row_ && rows[i] < last_row_ &&
+                     (i == 0 || rows[i] > rows[i - 1]) && versions[i] >= 0 && versions[i] <= clock,
+                 "ps shard: restoring row ", rows[i], " at version ", versions[i], " into ",
+                 to_string(options_.range), " at clock ", clock);
+      index_.push_back({rows[i], state_used_, versions[i]});
+      state_used_ += extent(rows[i]).size();
+    }
+    state_capacity_ = std::max<int64_t>(state_used_, 1);
+    optimizer_ = make_optimizer(options_.optimizer, state_capacity_);
+    recent_.clear();  // rows_since() scans the versions until the log covers it again
+  }
   const auto state = optimizer_->state();
   PSAR_CHECK(state.size() == optimizer_state.size(), "ps shard: optimizer state has ",
              optimizer_state.size(), " buffers, expected ", state.size());
   for (size_t b = 0; b < state.size(); ++b) {
-    PSAR_CHECK(state[b].size() == optimizer_state[b].size(), "ps shard: optimizer buffer ", b);
+    PSAR_CHECK(static_cast<int64_t>(optimizer_state[b].size()) == saved_floats(rows),
+               "ps shard: optimizer buffer ", b, " holds ", optimizer_state[b].size(),
+               " floats, expected ", saved_floats(rows));
     std::copy(optimizer_state[b].begin(), optimizer_state[b].end(), state[b].begin());
   }
   optimizer_->set_steps(optimizer_steps);

@@ -53,8 +53,12 @@
 // SparseAdam: an untouched row keeps its parameters and its momentum/Adam
 // state; Adam's bias correction uses the shard's update count, the same for
 // every row). Compute and state traffic are proportional to the touched
-// rows. Each row carries the version (updates applied) of the last update
-// that touched it; rows_since(v) lists the rows touched after version v.
+// rows, and so is the state's memory: a row's optimizer state and version
+// are allocated when an update first touches it (an index of the touched
+// rows, ascending, each with the offset of its state and its version; the
+// optimizer's buffers grow by doubling, the tail's state first). Each row
+// carries the version (updates applied) of the last update that touched it
+// (0: never); rows_since(v) lists the rows touched after version v.
 
 #include <atomic>
 #include <cstdint>
@@ -168,23 +172,40 @@ class ShardState {
   int64_t applied() const { return applied_; }
   // Active workers the oldest open clock still waits for (all active ones under asp).
   std::vector<int> waiting_for() const;
-  // Checkpoints: the optimizer over this chunk (its step count and state),
-  // and the start of a resumed job — parameters, optimizer and every
-  // worker's clock as they were once `clock` updates were applied (bsp).
-  Optimizer& optimizer() { return *optimizer_; }
+  // Checkpoints: what saved() returns, and the start of a resumed job from
+  // it — parameters, optimizer, row versions and every worker's clock as
+  // they were once `clock` updates were applied (bsp).
+  struct Saved {
+    int64_t optimizer_steps = 0;
+    // Dense: each buffer over the range. Sparse: each buffer's floats of
+    // the tail, then of `rows` in order.
+    std::vector<std::vector<float>> optimizer_state;
+    std::vector<int64_t> rows;      // sparse: every row an update touched, ascending
+    std::vector<int64_t> versions;  // sparse: theirs
+  };
+  Saved saved() const;
+  // The floats of each optimizer buffer a Saved holds with these rows.
+  int64_t saved_floats(std::span<const int64_t> rows) const;
   void restore(int64_t clock, std::span<const float> params, int64_t optimizer_steps,
-               const std::vector<std::span<const float>>& optimizer_state);
+               const std::vector<std::span<const float>>& optimizer_state,
+               std::span<const int64_t> rows = {}, std::span<const int64_t> versions = {});
+  int64_t optimizer_steps() const { return optimizer_->steps(); }
   SharedParams& params() { return params_; }
   bool sparse() const { return sparse_; }
   // Sparse shards: the rows an update after version `version` touched,
   // ascending (after a restore, at least those after the restored clock:
   // a resumed worker holds its parameters).
   std::vector<int64_t> rows_since(int64_t version) const;
-  // Sparse shards: the version (updates applied) at which row `first + i`
-  // was last touched, by i (first = RowSpace::rows_in(range).first). For
-  // checkpoints: versions() to save, set_versions() after restore().
-  std::span<const int64_t> versions() const { return version_; }
-  void set_versions(std::span<const int64_t> versions);
+  // Sparse shards: the version of `row` (0: no update touched it).
+  int64_t version(int64_t row) const;
+  // The bytes of the optimizer state and, sparse, the touched rows' index
+  // (row, state offset, version): `held` in use, `allocated` by their
+  // buffers (capacities). Dense shards: the optimizer's buffers over the range.
+  struct StateBytes {
+    int64_t held = 0;
+    int64_t allocated = 0;
+  };
+  StateBytes state_bytes() const;
   const SharedParams& params() const { return params_; }
   const ShardStateOptions& options() const { return options_; }
 
@@ -231,8 +252,18 @@ class ShardState {
   int64_t applied_ = 0;
   // Sparse shards.
   bool sparse_ = false;
-  int64_t first_row_ = 0;
-  std::vector<int64_t> version_;  // by row − first_row_
+  int64_t first_row_ = 0, last_row_ = 0;  // rows_in(range)
+  struct Entry {  // a touched row
+    int64_t row;
+    int64_t at;       // its state's offset in the optimizer's buffers
+    int64_t version;  // of the last update that touched it
+  };
+  std::vector<Entry> index_;  // ascending by row
+  int64_t state_used_ = 0;      // floats of each optimizer buffer given out (the tail's first)
+  int64_t state_capacity_ = 0;  // and allocated
+  // The index entries of `rows` (ascending), new ones added with fresh (zero) state.
+  std::vector<size_t> touch(std::span<const int64_t> rows);  // positions in index_
+  void reserve_state(int64_t floats);
   struct Touched {
     int64_t version;
     std::vector<int64_t> rows;

@@ -70,6 +70,9 @@ class GradientSync {
   // The optimizer this rank steps, for checkpoints; null when the optimizer
   // state lives elsewhere (the parameter server's shards save their own).
   virtual Optimizer* optimizer() { return nullptr; }
+  // Whether servers keep part of the training state (the parameter
+  // server's shards): they save it at train.checkpoint_every steps only.
+  virtual bool servers_keep_state() const { return false; }
   // How many workers' gradients the last step's new parameters averaged,
   // where a backend can average fewer than the group (the parameter server
   // under ps.on_worker_failure: continue); 0 = the whole group.

@@ -101,6 +101,32 @@ SyncSetup make_ps_sync(SyncInit& init) { return make_ps_sync(init, nullptr); }
 
 namespace {
 
+// Checkpoint blobs hold floats: an integer 0 <= v < 2^48 travels exactly as
+// the two floats v >> 24 and v & (2^24 - 1).
+void add_int_blob(CheckpointFile& f, const std::string& name, std::span<const int64_t> values) {
+  std::vector<float> out;
+  out.reserve(2 * values.size());
+  for (const int64_t v : values) {
+    PSAR_CHECK(v >= 0 && v < (int64_t{1} << 48), "checkpoint blob ", name, ": ", v,
+               " is outside [0, 2^48)");
+    out.push_back(static_cast<float>(v >> 24));
+    out.push_back(static_cast<float>(v & 0xFFFFFF));
+  }
+  f.add_blob(name, out);
+}
+
+std::vector<int64_t> int_blob(const CheckpointFile& f, const std::string& name) {
+  std::vector<int64_t> out;
+  if (!f.has_blob(name)) return out;
+  const auto v = f.blob(name);
+  if (v.size() % 2 != 0)
+    throw DataError("checkpoint file '" + f.origin() + "': blob " + name + " holds an odd " +
+                    std::to_string(v.size()) + " floats");
+  for (size_t i = 0; i < v.size(); i += 2)
+    out.push_back(static_cast<int64_t>(v[i]) * (int64_t{1} << 24) + static_cast<int64_t>(v[i + 1]));
+  return out;
+}
+
 // The shards' part of a checkpoint (core/checkpoint.h): each shard writes
 // shard_<s>.ckpt when it has applied the checkpoint's step, and a resumed
 // shard reads it back.
@@ -122,10 +148,10 @@ void plan_shard_checkpoints(ps::PsOptions& o, const CheckpointPlan& plan) {
       f.add_blob("params", s.params);
       for (size_t b = 0; b < s.optimizer_state.size(); ++b)
         f.add_blob("optimizer." + std::to_string(b), s.optimizer_state[b]);
-      if (!s.row_versions.empty()) {  // sparse rows: exact as floats below 2^24 steps
-        PSAR_CHECK(s.clock < (int64_t{1} << 24), "ps shard ", s.shard,
-                   ": row versions past 2^24 steps do not fit a checkpoint blob");
-        f.add_blob("row_versions", std::vector<float>(s.row_versions.begin(), s.row_versions.end()));
+      if (!s.chunk_rows.empty()) {  // sparse rows: the touched ones and their versions
+        add_int_blob(f, "rows", s.rows);
+        add_int_blob(f, "row_versions", s.row_versions);
+        add_int_blob(f, "chunk_rows", s.chunk_rows);
       }
       const std::string dir = checkpoint_dir(run_dir, s.clock);
       make_dirs(dir);
@@ -151,8 +177,9 @@ void plan_shard_checkpoints(ps::PsOptions& o, const CheckpointPlan& plan) {
         const auto v = f.blob("optimizer." + std::to_string(b));
         s->optimizer_state.emplace_back(v.begin(), v.end());
       }
-      if (f.has_blob("row_versions"))
-        for (float v : f.blob("row_versions")) s->row_versions.push_back(static_cast<int64_t>(v));
+      s->rows = int_blob(f, "rows");
+      s->row_versions = int_blob(f, "row_versions");
+      s->chunk_rows = int_blob(f, "chunk_rows");
       return std::shared_ptr<const ps::ShardSnapshot>(std::move(s));
     };
   }
@@ -176,12 +203,16 @@ SyncSetup ps_setup(SyncInit& init, const ps::PsOptions& options, int64_t size,
       server->run();
       const ps::PsCounters c = server->counters();
       if (served) *served = c;
-      // One parseable line per shard (experiments/ps_vs_allreduce.py reads it).
+      const ps::ShardState::StateBytes state = server->state_bytes();
+      // One parseable line per shard (experiments/ps_vs_allreduce.py and
+      // sparse_ps.py read it).
       PSAR_LOG(kInfo, "ps",
                "shard " << server->options().shard << " served: payload_bytes_in="
                         << c.payload_bytes_in << " payload_bytes_out=" << c.payload_bytes_out
                         << " messages_in=" << c.messages_in << " messages_out=" << c.messages_out
-                        << " rejected=" << c.rejected << " refused=" << c.refused);
+                        << " rejected=" << c.rejected << " refused=" << c.refused
+                        << " state_bytes_held=" << state.held
+                        << " state_bytes_allocated=" << state.allocated);
     };
     return setup;
   }
@@ -222,6 +253,8 @@ HybridSync::HybridSync(std::unique_ptr<PsSync> tables, std::unique_ptr<GradientS
                        int64_t split)
     : tables_(std::move(tables)), dense_(std::move(dense)), split_(split) {}
 
+Optimizer* HybridSync::optimizer() { return dense_->optimizer(); }
+
 void HybridSync::step(std::span<float> params, std::span<float> grads) {
   const auto n = static_cast<size_t>(split_);
   tables_->step(params.subspan(0, n), grads.subspan(0, n));
@@ -250,9 +283,7 @@ SyncSetup make_hybrid_sync(SyncInit& init) {
   }
   ps::PsOptions options = init.options.ps;
   options.optimizer = init.optimizer;
-  if (init.checkpoints.every > 0 || init.checkpoints.resume_step >= 0)
-    throw ConfigError(
-        "train.checkpoint_every / --resume: sync.backend hybrid does not checkpoint yet");
+  plan_shard_checkpoints(options, init.checkpoints);
   options.rows = {init.sparse.floats, init.sparse.row_floats};
   SyncSetup setup = ps_setup(init, options, init.sparse.floats, nullptr);
   if (!setup.sync) return setup;  // a dedicated server rank

@@ -36,6 +36,7 @@ class PsSync final : public GradientSync {
   // Payload floats this worker pushed (sent) and pulled (received), in bytes.
   CommCounters counters() const override;
   int averaged() const override;
+  bool servers_keep_state() const override { return true; }
   const ps::PsCounters& client_counters() const { return rank_.client->counters(); }
   // ps.sparse / hybrid: the touched rows of the next push_pull.
   void set_touched_rows(std::span<const int64_t> rows) override {
@@ -68,7 +69,10 @@ class HybridSync final : public GradientSync {
   void step(std::span<float> params, std::span<float> grads) override;
   CommCounters counters() const override;
   void set_touched_rows(std::span<const int64_t> rows) override { tables_->set_touched_rows(rows); }
-  Optimizer* optimizer() override { return nullptr; }
+  // Checkpoints: the dense layers' optimizer is this rank's, the tables'
+  // state the shards' (each saves its own file).
+  Optimizer* optimizer() override;
+  bool servers_keep_state() const override { return true; }
 
  private:
   std::unique_ptr<PsSync> tables_;

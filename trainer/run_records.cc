@@ -70,7 +70,7 @@ void TrainingRun::end_step(int64_t step, double loss, int stop, bool last) {
   // train.exit_*, with checkpoints on after a signal.
   const bool periodic = o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0;
   const bool stop_saves = (stop == kExit || (stop == kTerminate && o_.checkpoint_every > 0)) &&
-                          sync_->optimizer() != nullptr;
+                          !sync_->servers_keep_state();
   const bool checkpoints = (periodic || stop_saves) && !options_.out_dir.empty();
   const bool evaluates = model_->evaluates() && plan_.eval_after(step + 1);
   // An evaluation, a checkpoint and the end of training read every parameter.

@@ -80,7 +80,7 @@ bool TrainingRun::start_sync() {
   sync_ = setup_.sync.get();
   // A backend whose servers keep the optimizer state (the parameter server)
   // saves it at train.checkpoint_every steps only: an early stop must fall on one.
-  if (o_.exit_at_step > 0 && !sync_->optimizer() &&
+  if (o_.exit_at_step > 0 && sync_->servers_keep_state() &&
       (o_.checkpoint_every == 0 || o_.exit_at_step % o_.checkpoint_every != 0))
     throw ConfigError("train.exit_at_step " + std::to_string(o_.exit_at_step) +
                       " with sync.backend " + sync_name_ +

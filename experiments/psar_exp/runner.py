@@ -226,16 +226,21 @@ def bench_allreduce_args(psar, algos, sweep, segment_bytes, csv=None, volume_csv
 MEASURE_LOCK = "/tmp/psar-measure.lock"
 
 
+def locked_train_command(psar, ranks, exp_path, run_dir, sets=()):
+    """The command of locked_train."""
+    cmd = ["flock", MEASURE_LOCK] + mpirun_prefix(ranks) + [
+        psar, "train", exp_path, "--out", run_dir, "--overwrite"]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
 def locked_train(psar, ranks, exp_path, run_dir, sets=()):
     """psar train exp_path on `ranks` MPI ranks into run_dir (replacing an
     earlier run there), with --set for each of `sets`, holding the host's
     measurement lock so that no other benchmark runs beside it; returns its
     stdout."""
-    cmd = ["flock", MEASURE_LOCK] + mpirun_prefix(ranks) + [
-        psar, "train", exp_path, "--out", run_dir, "--overwrite"]
-    for s in sets:
-        cmd += ["--set", s]
-    return run(cmd)
+    return run(locked_train_command(psar, ranks, exp_path, run_dir, sets))
 
 
 def launch(cmd, env=None, timeout=None, high_priority=False, stream=False, echo=True):

@@ -3,7 +3,8 @@
 // whole model and every checkpoint file byte for byte (parameters, optimizer
 // state, data position, RNG) — for every allreduce algorithm over Comm
 // point-to-point, Adam as well as SGD with momentum, the parameter server
-// (bsp, dedicated and co-located) and a (2, 2, 1) 3D GPT with dropout. Also:
+// (bsp, dedicated and co-located; dense, sparse and hybrid on a DLRM) and a
+// (2, 2, 1) 3D GPT with dropout. Also:
 // a checkpoint of another job is refused naming what differs, the file
 // format refuses damage, the streamed steps.csv of the resumed run holds the
 // same rows as the uninterrupted one's, a run without checkpoints cannot be
@@ -156,6 +157,34 @@ TEST_F(Checkpoints, ParameterServerShardsSaveAndRestoreTheirState) {
 
 TEST_F(Checkpoints, ColocatedParameterServerToo) {
   expect_bitwise_resume(3, with(testing::small_mlp_config("ps"), {"ps.colocated=true"}), 4);
+}
+
+// A DLRM on Zipf ids under Adam: the sparse shards' per-row state and row
+// versions, and under hybrid also each worker's dense-layer optimizer.
+Config dlrm_adam_config(const std::string& sync) {
+  return Config::load_string(
+      "model: {type: dlrm, tables: [300, 50], embedding_dim: 4, hidden: [16]}\n"
+      "data: {dataset: zipf, zipf_skew: 1.1, synthetic_samples: 480, synthetic_features: 6, "
+      "synthetic_classes: 3}\n"
+      "optimizer: {type: adam, lr: 0.01}\n"
+      "train: {steps: 8, batch_size: 24, seed: 2, log_every: 1000, eval_every: 0}\n"
+      "sync: {backend: " + sync + ", timeout: 20s}\n"
+      "ps: {sparse: " + std::string(sync == "ps" ? "true" : "false") +
+          ", servers: 2, chunk_bytes: 1K, timeout: 20s}\n",
+      config_schema());
+}
+
+TEST_F(Checkpoints, SparseParameterServerRowsAndTheirVersionsToo) {
+  expect_bitwise_resume(4, dlrm_adam_config("ps"), 4);
+}
+
+TEST_F(Checkpoints, HybridShardsAndEveryWorkersDenseLayersToo) {
+  expect_bitwise_resume(4, dlrm_adam_config("hybrid"), 4);
+  // Each worker's file holds its dense layers' Adam state (m and v).
+  const CheckpointFile f =
+      CheckpointFile::read(rank_checkpoint_path((dir_ / "resumed").string() + checkpoint_dir("", 8), 0));
+  EXPECT_TRUE(f.has_blob("optimizer.1"));
+  EXPECT_LT(f.blob("optimizer.0").size(), f.blob("params").size());
 }
 
 TEST_F(Checkpoints, ThreeDimensionalGptWithDropoutEveryRankItsSlice) {

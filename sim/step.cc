@@ -80,11 +80,14 @@ class StepSimulation {
     out_.tp_allreduce_s = tp_allreduce_seconds();
     price_actions();
     plan_transfers();
-    if (p_ > 1) out_.transfer_s = transfer_seconds(0, 1)[0];
+    if (p_ > 1) out_.transfer_s = wire_seconds(0, 1)[0] + gather_s_;
     replay_pipelines();
     price_optimizer_steps();
+    std::vector<double> synced = stage_end_;
     if (d_ > 1 && s_.zero != 3)  // ZeRO-3 syncs block by block inside the actions
-      finish_sync(s_.overlap ? sync_in_buckets() : sync_after_backward());
+      synced = s_.overlap ? sync_in_buckets() : sync_after_backward();
+    if (p_ > 1) sync_tied_embedding(synced);
+    finish_sync(synced);
     return finish_step();
   }
 
@@ -119,16 +122,18 @@ class StepSimulation {
   }
 
   // One tensor-parallel all-reduce of the residual stream [b, s, h], or
-  // with sequence parallelism the reduce-scatter and all-gather in its place.
-  double tp_allreduce_seconds() const {
+  // with sequence parallelism the reduce-scatter and all-gather in its place
+  // (each kept in tp_rs_, tp_ag_).
+  double tp_allreduce_seconds() {
     if (t_ == 1) return 0;
     std::vector<int> ranks;
     for (int j = 0; j < t_; ++j) ranks.push_back(gpu(j, 0, 0));
     const double bytes = s_.dtype_bytes;
     if (s_.sequence_parallel) {
       const ProgramShape shape = ring_shape(t_, stream_, ElementType::kFp32, nodes_of(ranks));
-      return time_alone(ring_reduce_scatter_program(shape), ranks, bytes) +
-             time_alone(ring_all_gather_program(shape), ranks, bytes);
+      tp_rs_ = time_alone(ring_reduce_scatter_program(shape), ranks, bytes);
+      tp_ag_ = time_alone(ring_all_gather_program(shape), ranks, bytes);
+      return tp_rs_ + tp_ag_;
     }
     return time_alone(
         allreduce_program(s_.tp_allreduce, t_, stream_, activation_allreduce_options(s_.allreduce),
@@ -173,9 +178,12 @@ class StepSimulation {
     head_bi_ = head.input_grad + head_k + ce_b;
     head_bw_ = head.weight_grad + head_k;
     tp2_ = 2 * out_.tp_allreduce_s;  // g forward, or f backward, per block
+    tp_back_ = tp2_;
+    if (s_.tp_comm_overlap) overlap_tp_with_gemms();
     const bool full = s_.recompute == Recompute::kFull;
     again_s_ = full ? block_f_ : s_.recompute == Recompute::kSelective ? core_s : 0.0;
     again_tp_ = full ? tp2_ : 0.0;
+    price_embedding();
     // ZeRO-3: one block's weights all-gathered over the data-parallel group
     // (16-bit) and its gradients reduce-scattered (sync.dtype), on the
     // communication stream; an action of k blocks waits for the first
@@ -191,28 +199,77 @@ class StepSimulation {
     }
   }
 
+  // Megatron-Core's --tp-comm-overlap (simulate.tp_comm_overlap, with
+  // sequence parallelism): each all-gather runs beside the GEMM that reads
+  // its output and each reduce-scatter beside the GEMM that makes its input,
+  // chunk by chunk (Transformer Engine's userbuffers), so a pass exposes
+  // only what a collective outlasts its GEMM. Forward: the all-gathers with
+  // QKV and fc1, the reduce-scatters with the projection and fc2; the
+  // input-gradient half: the all-gathers of the output gradient with the
+  // projection's and fc2's dX, the reduce-scatters with QKV's and fc1's dX.
+  // The SMs the communication kernels take from the GEMM are not modelled.
+  void overlap_tp_with_gemms() {
+    const GpuSpec& device = cluster_.gpu;
+    const GptShape& g = s_.model;
+    const int64_t tokens = s_.microbatch * g.seq, h = g.hidden, f = ffn_width(g);
+    const int64_t qkv = qkv_width(g) / t_, fc1 = (g.swiglu ? 2 : 1) * f / t_;
+    // [rows, cols, inner] of QKV, projection, fc1, fc2 (block_gemm_seconds' shapes).
+    const auto forward = [&](int64_t cols, int64_t inner) {
+      return gemm_seconds(device, 1, tokens, cols, inner);
+    };
+    const auto input_grad = [&](int64_t cols, int64_t inner) {
+      return gemm_seconds(device, 1, tokens, inner, cols);
+    };
+    const auto exposed = [](double comm, double gemm) { return std::max(0.0, comm - gemm); };
+    tp2_ = exposed(tp_ag_, forward(qkv, h)) + exposed(tp_rs_, forward(h, h / t_)) +
+           exposed(tp_ag_, forward(fc1, h)) + exposed(tp_rs_, forward(h, f / t_));
+    tp_back_ = exposed(tp_ag_, input_grad(h, h / t_)) + exposed(tp_rs_, input_grad(qkv, h)) +
+               exposed(tp_ag_, input_grad(h, f / t_)) + exposed(tp_rs_, input_grad(fc1, h));
+  }
+
+  // The first virtual stage's embedding (Megatron's vocabulary-parallel
+  // embedding): the memory-bound kernels (kEmbeddingForwardBytes,
+  // kEmbeddingBackwardBytes) and one TP collective of [b, s, h] per pass —
+  // the forward's all-reduce of the shards' lookups (a reduce-scatter with
+  // sequence parallelism, whose backward all-gathers the gradient; without
+  // it the backward has none).
+  void price_embedding() {
+    const double bw = cluster_.gpu.memory_bandwidth, ovh = cluster_.gpu.kernel_overhead;
+    const double tokens = static_cast<double>(stream_), D = s_.dtype_bytes;
+    const double split = s_.sequence_parallel ? t_ : 1;  // dropout on s/t tokens with SP
+    const double f_bytes = tokens * 5 * D + tokens / split * (2 * D + 1),
+                 b_bytes = tokens / split * (2 * D + 1) + tokens * (2 * D + 8);
+    emb_f_ = kKernelsEmbeddingForward * ovh + (bw > 0 ? f_bytes / bw : 0.0);
+    emb_b_ = kKernelsEmbeddingBackward * ovh + (bw > 0 ? b_bytes / bw : 0.0);
+    emb_tp_f_ = s_.sequence_parallel ? tp_rs_ : out_.tp_allreduce_s;
+    emb_tp_b_ = s_.sequence_parallel ? tp_ag_ : 0.0;
+  }
+
   Cost cost(int stage, const pp::Action& a) const {
     const int u = schedule_.virtual_stage(stage, a.chunk);
     const double layers = s_.vstage_layers[static_cast<size_t>(u)];
-    const bool head = u == schedule_.virtual_stages() - 1;
+    const bool head = u == schedule_.virtual_stages() - 1, embedding = u == 0;
     Cost c;
     double comm = 0;  // ZeRO-3's stream per block
     switch (a.op) {
       case pp::Op::kForward:
-        c = {layers * block_f_ + (head ? head_f_ : 0), layers * tp2_};
+        c = {layers * block_f_ + (head ? head_f_ : 0) + (embedding ? emb_f_ : 0),
+             layers * tp2_ + (embedding ? emb_tp_f_ : 0)};
         comm = zero3_gather_;
         break;
       case pp::Op::kBackward:
-        c = {layers * (block_bi_ + block_bw_ + again_s_) + (head ? head_bi_ + head_bw_ : 0),
-             layers * (tp2_ + again_tp_)};
+        c = {layers * (block_bi_ + block_bw_ + again_s_) + (head ? head_bi_ + head_bw_ : 0) +
+                 (embedding ? emb_b_ : 0),
+             layers * (tp_back_ + again_tp_) + (embedding ? emb_tp_b_ : 0)};
         comm = zero3_gather_ + zero3_scatter_;
         break;
       case pp::Op::kBackwardInput:
-        c = {layers * (block_bi_ + again_s_) + (head ? head_bi_ : 0), layers * (tp2_ + again_tp_)};
+        c = {layers * (block_bi_ + again_s_) + (head ? head_bi_ : 0),
+             layers * (tp_back_ + again_tp_) + (embedding ? emb_tp_b_ : 0)};
         comm = zero3_gather_;
         break;
       case pp::Op::kBackwardWeight:
-        c = {layers * block_bw_ + (head ? head_bw_ : 0), 0.0};
+        c = {layers * block_bw_ + (head ? head_bw_ : 0) + (embedding ? emb_b_ : 0), 0.0};
         comm = zero3_scatter_;
         break;
     }
@@ -243,8 +300,9 @@ class StepSimulation {
     for (int j = 0; j < t_; ++j) hop_.transfer(0, j, t_ + j, 0, wire, false);
   }
 
-  // [replica] seconds of one activation from stage `from` to `to`.
-  const std::vector<double>& transfer_seconds(int from, int to) {
+  // [replica] seconds of one activation on the wire from stage `from` to
+  // `to` (scatter/gather's all-gather on the receiver not included).
+  const std::vector<double>& wire_seconds(int from, int to) {
     auto [it, fresh] = transfers_.try_emplace({from, to});
     if (fresh) {
       std::vector<GroupRun> runs;
@@ -255,7 +313,6 @@ class StepSimulation {
         runs.push_back(std::move(r));
       }
       it->second = run_groups(net_, runs);
-      for (double& x : it->second) x += gather_s_;
     }
     return it->second;
   }
@@ -274,7 +331,8 @@ class StepSimulation {
             return c.compute + c.tp;
           },
           [&](const pp::Transfer& tr) {
-            return transfer_seconds(tr.from_stage, tr.to_stage)[static_cast<size_t>(i)];
+            const double wire = wire_seconds(tr.from_stage, tr.to_stage)[static_cast<size_t>(i)];
+            return pp::TransferTime{wire + gather_s_, s_.blocking_p2p ? wire : 0.0};
           });
       for (int st = 0; st < p_; ++st) {
         const auto& spans = pr.spans[at(st)];
@@ -430,7 +488,7 @@ class StepSimulation {
       const double w_head =
           u == schedule_.virtual_stages() - 1 ? (fused ? head_bi_ + head_bw_ : head_bw_) : 0.0;
       const double w_layer =
-          fused ? block_bi_ + block_bw_ + again_s_ + tp2_ + again_tp_ : block_bw_;
+          fused ? block_bi_ + block_bw_ + again_s_ + tp_back_ + again_tp_ : block_bw_;
       const double total = w_head + layers * w_layer;
       const double scale = total > 0 ? (span->end - span->start) / total : 0.0;
       for (int l = 0; l < layers; ++l)
@@ -492,6 +550,29 @@ class StepSimulation {
     return stage_done;
   }
 
+  // The word embedding's two copies (first stage, and the head's on the
+  // last) sum their gradients once the data-parallel sync is done: an
+  // all-reduce of V·h/t fp32 gradients (simulate.grad_bytes) between the
+  // first and the last stage's GPU of each TP rank and replica, every pair
+  // at once (Megatron's embedding group). With ZeRO 1 and 2 Megatron runs it
+  // before the optimizer step; after it here, the same sum of times.
+  void sync_tied_embedding(std::vector<double>& synced) {
+    const int64_t count = s_.model.vocab * s_.model.hidden / t_;
+    if (count < 1) return;
+    const double start = std::max(synced[0], synced[at(p_ - 1)]);
+    tied_ =
+        find_allreducer("ring").program_for(2, count, activation_allreduce_options(s_.allreduce));
+    std::vector<GroupRun> runs;
+    for (int i = 0; i < d_; ++i)
+      for (int j = 0; j < t_; ++j)
+        runs.push_back(
+            {&tied_, {gpu(j, i, 0), gpu(j, i, p_ - 1)}, start, static_cast<double>(s_.grad_bytes)});
+    double done = start;
+    for (double end : run_groups(net_, runs)) done = std::max(done, end);
+    out_.embedding_sync_s = done - start;
+    synced[0] = synced[at(p_ - 1)] = done;
+  }
+
   // Each stage's sync time from its last action to `synced`.
   void finish_sync(const std::vector<double>& synced) {
     for (int st = 0; st < p_; ++st) {
@@ -530,9 +611,14 @@ class StepSimulation {
   // Seconds of one block's passes and the head's (price_actions).
   double block_f_ = 0, block_bi_ = 0, block_bw_ = 0, head_f_ = 0, head_bi_ = 0, head_bw_ = 0;
   double tp2_ = 0, again_s_ = 0, again_tp_ = 0, zero3_gather_ = 0, zero3_scatter_ = 0;
+  double tp_back_ = 0;            // a block's TP communication in its input-gradient half
+  double tp_ag_ = 0, tp_rs_ = 0;  // with sequence parallelism: one all-gather, one reduce-scatter
+  // The embedding's passes: memory-bound kernels, and their TP collective.
+  double emb_f_ = 0, emb_b_ = 0, emb_tp_f_ = 0, emb_tp_b_ = 0;
   double synced_ = 0;    // the last stage's sync is done
   double gather_s_ = 0;  // scatter/gather's all-gather after each transfer
   Program hop_;          // one activation from a stage's TP group to the next's
+  Program tied_;         // the tied embedding's all-reduce between two stages
   std::map<std::pair<int, int>, std::vector<double>> transfers_;  // (from, to) -> [replica] s
   std::vector<double> stage_end_;                                 // [stage] its last action ends
   std::vector<std::vector<pp::ActionSpan>> spans0_;               // replica 0's, per stage

@@ -49,6 +49,15 @@ inline constexpr int kAdamStepBytesPerParam = 30;
 // probabilities (dtype + 8), backward reads them and writes the 16-bit
 // gradient (4 + dtype). Counted, not fitted.
 inline constexpr int kCrossEntropyForwardBytes = 8, kCrossEntropyBackwardBytes = 4;
+// The embedding on the first virtual stage (Megatron's vocabulary-parallel
+// embedding), per element of the micro-batch's [b, s, h] in dtype units D:
+// forward the lookup of each TP rank's rows (read D, write D) and the
+// position embedding's add (read 2D, write D), 5D, then the dropout (read D,
+// write D and a 1-byte mask; on s/t tokens with sequence parallelism);
+// backward the dropout's gradient (2D + 1, on s/t tokens with SP) and the
+// scatter-add into the fp32 word-embedding gradient (read D and the
+// position gradient's D, read and write the fp32 row, 8). Counted, not fitted.
+inline constexpr int kKernelsEmbeddingForward = 3, kKernelsEmbeddingBackward = 3;
 // Selective recomputation's kernels: scores GEMM, softmax, dropout, context GEMM.
 inline constexpr int kAttentionCoreKernels = 4;
 
@@ -62,6 +71,18 @@ struct StepSpec {
   int chunks = 1;          // v
   std::string schedule = "1f1b";
   bool scatter_gather = false;
+  // simulate.blocking_p2p: a stage waits for its send to the next (or
+  // previous) stage before its next action, as Megatron's 1F1B and
+  // interleaved schedules wait on each batched send/receive (without
+  // --overlap-p2p-communication); the sender is held the wire time, the
+  // receiver's scatter/gather all-gather stays on the receiver. Off: psar's
+  // executor, whose sends are non-blocking (modelpar/pp/replay.h).
+  bool blocking_p2p = false;
+  // simulate.tp_comm_overlap (needs sequence_parallel; Megatron-Core's
+  // --tp-comm-overlap): each block's TP all-gathers and reduce-scatters run
+  // beside the GEMMs that read or make them, a pass exposing only what each
+  // collective outlasts its GEMM (sim/step.cc, overlap_tp_with_gemms).
+  bool tp_comm_overlap = false;
   std::vector<int> vstage_layers;  // [p·v] layers per virtual stage
   std::string sync = "ring";       // allreduce algorithm, or "ps"
   int ps_servers = 1;
@@ -139,6 +160,7 @@ struct StepResult {
   double idle_share = 0;         // idle over p·makespan
   double tp_allreduce_s = 0;     // one all-reduce of [b, s, h]
   double transfer_s = 0;         // one activation from stage 0 to 1 (0 if p = 1)
+  double embedding_sync_s = 0;   // the tied embedding's gradient all-reduce (p > 1)
   double flops = 0;              // of the step, all GPUs, recomputation included
   double tflops_per_gpu = 0;     // flops / (step_s · GPUs) / 1e12
   double model_flops = 0;        // without the recomputed FLOPs

@@ -38,6 +38,10 @@ void check_step(const StepSpec& s, const ClusterSpec& c) {
     throw ConfigError(
         "parallel.sequence_parallel needs parallel.tp > 1 (it splits the "
         "sequence over the tensor-parallel group)");
+  if (s.tp_comm_overlap && !s.sequence_parallel)
+    throw ConfigError(
+        "simulate.tp_comm_overlap needs parallel.sequence_parallel (Megatron-Core overlaps "
+        "the all-gathers and reduce-scatters of sequence parallelism with the GEMMs)");
   if (s.zero < 0 || s.zero > 3)
     throw ConfigError(concat("sync.zero = ", s.zero, ": expected 0, 1, 2 or 3"));
   if (s.zero > 0 && s.sync == "ps")
@@ -91,6 +95,8 @@ StepSpec step_from_config(const Config& c, const ClusterSpec& cluster) {
   s.chunks = static_cast<int>(c.get_int("parallel.chunks"));
   s.schedule = c.get_string("parallel.schedule");
   s.scatter_gather = c.get_bool("parallel.scatter_gather");
+  s.blocking_p2p = c.get_bool("simulate.blocking_p2p");
+  s.tp_comm_overlap = c.get_bool("simulate.tp_comm_overlap");
   const pp::EndCosts ends{c.get_bool("parallel.account_embedding") ? 1 : 0,
                           c.get_bool("parallel.account_head") ? 1 : 0};
   const auto counts = c.has("parallel.stage_layers") ? c.get_int_list("parallel.stage_layers")

@@ -48,6 +48,7 @@ std::string to_json(const sim::StepSpec& s, const sim::StepResult& r, double wal
   field("idle_share", num(r.idle_share));
   field("tp_allreduce_s", num(r.tp_allreduce_s));
   field("transfer_s", num(r.transfer_s));
+  field("embedding_sync_s", num(r.embedding_sync_s));
   field("flops", num(r.flops));
   field("tflops_per_gpu", num(r.tflops_per_gpu));
   field("model_flops", num(r.model_flops));
@@ -115,6 +116,8 @@ int cmd_simulate(CliContext& ctx) {
               r.idle_share);
   std::printf("tp_allreduce_s  %.6g  (one [b, s, h] all-reduce)\n", r.tp_allreduce_s);
   std::printf("transfer_s      %.6g  (one activation, stage 0 -> 1)\n", r.transfer_s);
+  std::printf("embedding_sync_s %.6g  (the tied embedding's gradient all-reduce)\n",
+              r.embedding_sync_s);
   std::printf("tflops_per_gpu  %.2f  (%.4g FLOP per step)\n", r.tflops_per_gpu, r.flops);
   std::printf("mfu             %.4f  (%.4g model FLOP per step, without recomputation)\n",
               r.mfu, r.model_flops);

@@ -189,6 +189,8 @@ Schema build() {
   s.add({"simulate.kv_heads", T::kInt, "0", "simulate/plan: key-value heads of grouped-query attention (0 = model.heads)"});
   s.add({"simulate.ffn", T::kInt, "0", "simulate/plan: the MLP's inner width (0 = 4 x model.d_model)"});
   s.add({"simulate.mlp", T::kString, "gelu", "simulate/plan: the MLP's activation (swiglu: gate and up projections, Llama's)", {"gelu", "swiglu"}});
+  s.add({"simulate.blocking_p2p", T::kBool, "false", "simulate: a pipeline stage waits for its send to the next (or previous) stage before its next action, as Megatron's 1F1B and interleaved schedules wait on each batched send/receive; false: psar's non-blocking sends"});
+  s.add({"simulate.tp_comm_overlap", T::kBool, "false", "simulate: with parallel.sequence_parallel, each block's TP all-gathers and reduce-scatters run beside the GEMMs that read or make them (Megatron-Core's --tp-comm-overlap); a pass exposes what each collective outlasts its GEMM"});
   s.add({"simulate.overlap_param_gather", T::kBool, "false", "simulate: ZeRO 1/2 all-gather the updated weights bucket by bucket behind the next forward (Megatron's --overlap-param-gather): a step exposes the first bucket's gather only"});
   s.add({"simulate.flash_attention", T::kBool, "false", "simulate: fused attention (FlashAttention): the scores' softmax and dropout move no GPU memory"});
   s.add({"simulate.dtype_bytes", T::kInt, "2", "simulate: bytes per activation element (bf16: 2)"});

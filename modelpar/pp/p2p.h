@@ -33,6 +33,14 @@ struct Transfer {
   bool local() const { return from_stage == to_stage; }
 };
 
+// What one transfer between different stages costs in a replay: the
+// consumer may use it `arrival` after the producing action ended, and the
+// producer is held `sender_busy` after it (0: a non-blocking send).
+struct TransferTime {
+  double arrival = 0;
+  double sender_busy = 0;
+};
+
 struct Step {
   Action action;
   std::optional<Transfer> input;   // to receive before the action runs

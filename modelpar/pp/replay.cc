@@ -42,6 +42,12 @@ Replay replay(const Schedule& s, const DurationFn& duration, double latency) {
 }
 
 Replay replay(const Schedule& s, const DurationFn& duration, const LatencyFn& latency) {
+  return replay(s, duration, [&latency](const Transfer& t) {
+    return TransferTime{latency(t), 0.0};
+  });
+}
+
+Replay replay(const Schedule& s, const DurationFn& duration, const TransferTimeFn& transfer) {
   const int p = s.stages;
   Done done(s.microbatches, s.virtual_stages());
   std::vector<size_t> next(static_cast<size_t>(p), 0);
@@ -71,7 +77,7 @@ Replay replay(const Schedule& s, const DurationFn& duration, const LatencyFn& la
     if (const auto in = input_of(s, stage, a)) {
       const double produced = done.of(*in);
       if (produced == kNotYet) return wait([&] { return "the " + describe(*in); });
-      ready = std::max(ready, produced + (in->local() ? 0.0 : latency(*in)));
+      ready = std::max(ready, produced + (in->local() ? 0.0 : transfer(*in).arrival));
     }
     return std::optional<double>(ready);
   };
@@ -87,7 +93,9 @@ Replay replay(const Schedule& s, const DurationFn& duration, const LatencyFn& la
         if (!ready) break;
         const double start = std::max(free_at[static_cast<size_t>(stage)], *ready);
         const double end = start + duration(stage, a);
-        free_at[static_cast<size_t>(stage)] = end;
+        const auto out_t = output_of(s, stage, a);
+        free_at[static_cast<size_t>(stage)] =
+            end + (out_t && !out_t->local() ? transfer(*out_t).sender_busy : 0.0);
         out.spans[static_cast<size_t>(stage)].push_back({a, start, end});
         const int u = s.virtual_stage(stage, a.chunk);
         if (a.op == Op::kForward) done.forward(a.microbatch, u) = end;

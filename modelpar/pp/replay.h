@@ -4,9 +4,13 @@
 // its stage is free and its inputs exist: the transfer it receives (the
 // producing action has ended, plus `latency` unless both sides share a rank)
 // and, on its own stage, the work it continues — a backward needs its
-// forward, a weight gradient its input gradient. Sends never block (the
-// executor posts them non-blocking), so a schedule deadlocks exactly when
-// some stage's next action waits for an action that never runs.
+// forward, a weight gradient its input gradient. A transfer arrives
+// `arrival` after its producing action ends; by default sends never block
+// (psar's executor posts them non-blocking), and with `sender_busy` > 0 the
+// producing stage is held that long after the action (a blocking send, as
+// Megatron's 1F1B and interleaved schedules wait for their batched
+// send/receive before the next action). Either way a schedule deadlocks
+// exactly when some stage's next action waits for an action that never runs.
 //
 // Because every start time is max(stage free, inputs ready), the result does
 // not depend on the order in which stages are visited: it is the
@@ -33,8 +37,11 @@ struct Replay {
 using DurationFn = std::function<double(int stage, const Action& action)>;
 // The delay of one transfer between different ranks (local ones are free).
 using LatencyFn = std::function<double(const Transfer& transfer)>;
+// Both times of one transfer between different ranks (local ones are free).
+using TransferTimeFn = std::function<TransferTime(const Transfer& transfer)>;
 
 Replay replay(const Schedule& schedule, const DurationFn& duration, double latency);
 Replay replay(const Schedule& schedule, const DurationFn& duration, const LatencyFn& latency);
+Replay replay(const Schedule& schedule, const DurationFn& duration, const TransferTimeFn& transfer);
 
 }  // namespace psar::pp::detail

@@ -37,7 +37,7 @@ std::vector<double> vstage_weights(const Schedule& s, const std::vector<int>& la
 
 // Replays a validated schedule and sums up busy and idle time per stage.
 Prediction replay_validated(const Schedule& s, const detail::DurationFn& duration,
-                            const detail::LatencyFn& latency);
+                            const detail::TransferTimeFn& transfer);
 
 }  // namespace
 
@@ -66,12 +66,16 @@ Prediction simulate(const Schedule& s, const SimOptions& options) {
     }
     return 0.0;
   };
-  return replay_validated(s, duration, [&](const Transfer&) { return c.p2p_latency; });
+  return replay_validated(s, duration, [&](const Transfer&) {
+    return TransferTime{c.p2p_latency, 0.0};
+  });
 }
 
 Prediction simulate_costs(const Schedule& s, const ActionCost& cost, double p2p_latency) {
   check_cost("p2p latency", p2p_latency);
-  return simulate_costs(s, cost, [p2p_latency](const Transfer&) { return p2p_latency; });
+  return simulate_costs(s, cost, [p2p_latency](const Transfer&) {
+    return TransferTime{p2p_latency, 0.0};
+  });
 }
 
 Prediction simulate_costs(const Schedule& s, const ActionCost& cost, const TransferCost& transfer) {
@@ -81,16 +85,16 @@ Prediction simulate_costs(const Schedule& s, const ActionCost& cost, const Trans
     if (!std::isfinite(t) || t < 0)
       throw ConfigError(concat("pipeline simulator: ", op_name(a.op), " of micro-batch ",
                                a.microbatch, ", chunk ", a.chunk, " on stage ", stage,
-                               " has duration ", t,
-                               "; durations must be finite and non-negative"));
+                               " has duration ", t, "; durations must be finite and non-negative"));
     return t;
   };
   const auto latency = [&](const Transfer& t) {
-    const double delay = transfer(t);
-    if (!std::isfinite(delay) || delay < 0)
-      throw ConfigError(concat("pipeline simulator: the ", describe(t), " has delay ", delay,
-                               "; delays must be finite and non-negative"));
-    return delay;
+    const TransferTime time = transfer(t);
+    for (const double delay : {time.arrival, time.sender_busy})
+      if (!std::isfinite(delay) || delay < 0)
+        throw ConfigError(concat("pipeline simulator: the ", describe(t), " has delay ", delay,
+                                 "; delays must be finite and non-negative"));
+    return time;
   };
   return replay_validated(s, duration, latency);
 }
@@ -98,8 +102,8 @@ Prediction simulate_costs(const Schedule& s, const ActionCost& cost, const Trans
 namespace {
 
 Prediction replay_validated(const Schedule& s, const detail::DurationFn& duration,
-                            const detail::LatencyFn& latency) {
-  detail::Replay r = detail::replay(s, duration, latency);
+                            const detail::TransferTimeFn& transfer) {
+  detail::Replay r = detail::replay(s, duration, transfer);
   PSAR_CHECK(r.finished(), "a validated schedule did not finish in the simulator");
 
   Prediction out;

@@ -64,8 +64,9 @@ Prediction simulate(const Schedule& schedule, const SimOptions& options = {});
 // non-finite duration.
 using ActionCost = std::function<double(int stage, const Action& action)>;
 Prediction simulate_costs(const Schedule& schedule, const ActionCost& cost, double p2p_latency = 0);
-// And with a delay per transfer (the cluster simulator's links, sim/step.h).
-using TransferCost = std::function<double(const Transfer& transfer)>;
+// And with each transfer's arrival delay and the time it holds its sender
+// (the cluster simulator's links, sim/step.h; a blocking send when > 0).
+using TransferCost = std::function<TransferTime(const Transfer& transfer)>;
 Prediction simulate_costs(const Schedule& schedule, const ActionCost& cost,
                           const TransferCost& transfer);
 

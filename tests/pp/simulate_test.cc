@@ -236,3 +236,43 @@ TEST(Simulator, RejectsCostsThatAreNotTimes) {
 
 }  // namespace
 }  // namespace psar::pp
+
+namespace psar::pp {
+namespace {
+
+// A blocking send holds its stage for the transfer T. GPipe on two stages:
+// stage 0's forwards each hold it, stage 1's backwards each hold it, so
+// (m + 1)·(t_f + t_b) + 2·m·T where posted sends pay 2·T (fill and drain).
+// 1F1B on two stages: (m + 1)·(t_f + t_b + T), and posted sends gain
+// little — its loop between the stages carries both of a micro-batch's
+// transfers either way.
+TEST(Simulator, BlockingSendsHoldTheSenderForTheTransfer) {
+  const double T = 0.25;
+  const auto unit = [](int, const Action&) { return 1.0; };
+  const auto blocking = [&](const Transfer&) { return TransferTime{T, T}; };
+  const auto posted = [&](const Transfer&) { return TransferTime{T, 0.0}; };
+  for (int m : {2, 3, 5, 8}) {
+    const Schedule g = make_schedule("gpipe", {2, m, 1, 0});
+    EXPECT_EQ(simulate_costs(g, unit, blocking).makespan, (m + 1) * 2.0 + 2 * m * T) << m;
+    EXPECT_EQ(simulate_costs(g, unit, posted).makespan, (m + 1) * 2.0 + 2 * T) << m;
+    const Schedule s = make_schedule("1f1b", {2, m, 1, 0});
+    EXPECT_EQ(simulate_costs(s, unit, blocking).makespan, (m + 1) * (2.0 + T)) << m;
+    EXPECT_LE(simulate_costs(s, unit, posted).makespan, (m + 1) * (2.0 + T)) << m;
+  }
+  // A stage's next action starts no earlier than its send is done.
+  const Schedule s = make_schedule("interleaved", {4, 8, 2, 0});
+  const Prediction pr = simulate_costs(s, unit, blocking);
+  for (size_t r = 0; r < s.actions.size(); ++r)
+    for (size_t i = 1; i < pr.spans[r].size(); ++i) {
+      const auto out = output_of(s, static_cast<int>(r), pr.spans[r][i - 1].action);
+      const double held = out && !out->local() ? T : 0.0;
+      EXPECT_GE(pr.spans[r][i].start, pr.spans[r][i - 1].end + held);
+    }
+  EXPECT_GT(pr.makespan, simulate_costs(s, unit, posted).makespan);
+  // One stage hands its chunks over in memory: blocking changes nothing.
+  const Schedule one = make_schedule("interleaved", {1, 4, 2, 0});
+  EXPECT_EQ(simulate_costs(one, unit, blocking).makespan, 4 * 2 * 2.0);
+}
+
+}  // namespace
+}  // namespace psar::pp

@@ -376,6 +376,96 @@ TEST(Bubble, OneFOneBAndInterleavedGiveTheirClosedForms) {
     }
 }
 
+// simulate.blocking_p2p: each stage waits for its send. On two stages of
+// 1F1B every micro-batch's forward and backward sends sit on the loop
+// between them, so the makespan is (m + 1)·(f + b + T) for a transfer of T
+// = α + b·s·h·D/B: the free network's (m + 1)·(f + b) plus (m + 1)·T.
+// Posted sends are no slower (on two stages 1F1B's loop carries both
+// transfers either way).
+TEST(Transfers, BlockingSendsAddOneTransferPerMicroBatchOnTwoStages) {
+  for (int m : {2, 4, 8}) {
+    StepSpec s = pipeline("1f1b", 2, m, 1);
+    s.model.hidden = 4096;  // a transfer of 32·4096·2 bytes: visible beside the compute
+    const double wire = kAlpha + 32.0 * 4096 * 2 / kBandwidth;
+    const double free = simulate_step(free_network(2), s).pipeline_s;
+    const StepResult posted = simulate_step(uniform(2), s);
+    s.blocking_p2p = true;
+    const StepResult blocking = simulate_step(uniform(2), s);
+    EXPECT_NEAR(blocking.transfer_s, wire, 1e-12);
+    EXPECT_NEAR(blocking.pipeline_s, free + (m + 1) * wire, 1e-9 * blocking.pipeline_s) << m;
+    EXPECT_LE(posted.pipeline_s, blocking.pipeline_s) << m;
+  }
+}
+
+// Scatter/gather: each of the t senders puts 1/t of the activation on the
+// wire (its own NIC here), and the receivers all-gather it on the node.
+TEST(Transfers, ScatterGatherPutsOneTthOnTheWire) {
+  StepSpec s = pipeline("1f1b", 2, 4, 1);
+  s.model.hidden = 4096;
+  s.tp = 4;
+  s.blocking_p2p = true;
+  ClusterSpec c = uniform(2, 4, 4);
+  c.intra = {1e30, 0.0};  // a free node: the all-gather costs nothing
+  const double whole = kAlpha + 32.0 * 4096 * 2 / kBandwidth;
+  EXPECT_NEAR(simulate_step(c, s).transfer_s, whole, 1e-12);
+  s.scatter_gather = true;
+  EXPECT_NEAR(simulate_step(c, s).transfer_s, kAlpha + 32.0 * 4096 * 2 / 4 / kBandwidth, 1e-12);
+}
+
+// The embedding's TP collective: with sequence parallelism a reduce-scatter
+// of [b, s, h] in its forward and an all-gather in its backward, beside each
+// block's two of each per pass. On two GPUs a ring reduce-scatter or
+// all-gather of n elements is one step of n/2: α + n/2·D/B. Megatron-Core's
+// TP overlap (simulate.tp_comm_overlap) hides a block's collectives behind
+// GEMMs longer than they are, and leaves the excess of shorter ones; the
+// embedding's stay exposed.
+TEST(TensorParallel, EmbeddingAndBlocksCollectivesWithAndWithoutOverlap) {
+  const int m = 3;
+  StepSpec s = pipeline("1f1b", 1, m, 1);  // p = 1: 2 layers, hidden 64, seq 32, vocab 1
+  s.tp = 2;
+  s.sequence_parallel = true;
+  ClusterSpec c = uniform(1, 2, 1);
+  const double n = 32.0 * 64, one = kAlpha + n / 2 * 2 / kBandwidth;  // an AG or an RS
+  const double layers = 2;
+  // Without overlap: per micro-batch 2 layers · (2 + 2) · 2 collectives, and the embedding's 2.
+  EXPECT_NEAR(simulate_step(c, s).stages[0].tp_s, m * (layers * 8 * one + 2 * one), 1e-12);
+  // Overlapped, GEMMs far longer than a collective (a slow GPU): the embedding's alone.
+  s.tp_comm_overlap = true;
+  c.gpu.peak_flops = 1e6;
+  EXPECT_NEAR(simulate_step(c, s).stages[0].tp_s, m * 2 * one, 1e-12);
+  // Overlapped, a fast GPU: each collective exposes its excess over its GEMM.
+  c.gpu.peak_flops = 1e12;
+  const double tokens = 32, h = 64, f = 4 * h, t = 2;
+  const auto gemm = [&](double cols, double inner) { return 2 * tokens * cols * inner / 1e12; };
+  const auto over = [&](double g) { return std::max(0.0, one - g); };
+  const double forward = over(gemm(3 * h / t, h)) + over(gemm(h, h / t)) + over(gemm(f / t, h)) +
+                         over(gemm(h, f / t));
+  const double backward = over(gemm(h / t, h)) + over(gemm(h, 3 * h / t)) + over(gemm(f / t, h)) +
+                          over(gemm(h, f / t));
+  ASSERT_GT(forward, 0);
+  EXPECT_NEAR(simulate_step(c, s).stages[0].tp_s, m * (layers * (forward + backward) + 2 * one),
+              1e-12);
+  s.sequence_parallel = false;  // Megatron refuses it without sequence parallelism
+  EXPECT_THAT([&] { simulate_step(c, s); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("needs parallel.sequence_parallel")));
+}
+
+// The tied embedding: once the last stage is done its copy's V·h/t fp32
+// gradients are all-reduced with the first stage's — on two GPUs a ring of
+// two steps of n/2: 2·(α + n/2·4/B) — and the step waits for it.
+TEST(Embedding, TheTiedCopiesAllReduceTheirGradientsBetweenFirstAndLastStage) {
+  StepSpec s = pipeline("1f1b", 2, 4, 1);
+  s.model.vocab = 1000;
+  const double n = 1000.0 * 64;
+  const StepResult r = simulate_step(uniform(2), s);
+  const double ring = 2 * (kAlpha + n / 2 * 4 / kBandwidth);
+  EXPECT_NEAR(r.embedding_sync_s, ring, 1e-12);
+  EXPECT_NEAR(r.step_s, r.pipeline_s + ring, 1e-12);  // free of everything else (d = 1)
+  s.pp = 1;  // one stage holds the only copy
+  s.vstage_layers = {static_cast<int>(s.model.layers)};
+  EXPECT_EQ(simulate_step(uniform(1), s).embedding_sync_s, 0.0);
+}
+
 // The memory-bound kernels: the byte count of a small block by hand, and
 // in a step their time bytes / bandwidth once in the forward and once in
 // each half of the backward, per layer.
@@ -400,9 +490,13 @@ TEST(Memory, TheBlocksElementwiseBytesCostBytesOverBandwidthThreeTimes) {
   const double gemm = total(block_gemm_seconds(s.model, s.microbatch, 1, c.gpu)) -
                       total(block_gemm_seconds(s.model, s.microbatch, 1, no_memory));
   EXPECT_GT(gemm, 0);
+  // The embedding over b·s·h = 2048 elements per micro-batch: forward the
+  // lookup and position add 5·2 and the dropout 2·2 + 1; backward the
+  // dropout's gradient 2·2 + 1 and the scatter-add 2·2 + 8.
+  const double embedding = 2048.0 * (15 + 17);
   const double expected = 3 * s.microbatches * s.model.layers * per_layer +
                           s.microbatches * s.model.layers * gemm +
-                          s.microbatches * logits * (10 + 6) / 1e9 +
+                          s.microbatches * (logits * (10 + 6) + embedding) / 1e9 +
                           30.0 * static_cast<double>(model_params(s.model)) / 1e9;
   EXPECT_NEAR(on.step_s - off.step_s, expected, 1e-9 * expected);
   EXPECT_NEAR(on.stages[0].optimizer_s, 30.0 * static_cast<double>(model_params(s.model)) / 1e9,

@@ -28,13 +28,15 @@ Program tree_program(const ProgramShape& shape) {
 // segments through it (k = min(2, N-1) children of the root, S segments)
 // after a fill of f = 2·max(0, D-2) segment times, D = ⌊log₂N⌋:
 // 2(D+S-1)α + 2(k·S+f)(n/S)β + (k·S+f)(n/S)γ. Exact for N a power of two;
-// otherwise the fill differs by a segment or two.
+// otherwise the fill differs by a segment or two. S counts the vector's
+// float32 bytes (ProgramShape::segments); n is the bytes on the wire.
 CostTerms tree_cost(int ranks, int64_t bytes, const AllreduceOptions& options) {
   if (ranks == 1) return {};
   int depth = 0;
   while ((2 << depth) <= ranks) ++depth;
+  const int64_t float_bytes = bytes / element_size(options.dtype) * static_cast<int64_t>(sizeof(float));
   const int64_t segments =
-      std::max<int64_t>(1, (bytes + options.segment_bytes - 1) / options.segment_bytes);
+      std::max<int64_t>(1, (float_bytes + options.segment_bytes - 1) / options.segment_bytes);
   const double k = std::min(2, ranks - 1), fill = 2.0 * std::max(0, depth - 2);
   const double s = static_cast<double>(segments), piece = static_cast<double>(bytes) / s;
   return {2.0 * (depth + s - 1), 2 * (k * s + fill) * piece, (k * s + fill) * piece};

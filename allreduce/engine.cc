@@ -121,8 +121,18 @@ void Engine::plan(const Program& program, int rank, const EngineOptions& options
   }
   plan_rounding();
   window_ = all_eager ? std::max(kWindow, static_cast<int>(applies_.size())) : kWindow * peers;
+  // Receives that land in a slot take slots in turn: at most window_ of
+  // them are posted at once (those of the applies in the window), so
+  // min(window_, their number) slots keep them apart.
+  int landing = 0;
+  for (Piece& a : applies_)
+    if ((a.kind == StepKind::kRecv || a.kind == StepKind::kRecvReduce) && !a.in_place)
+      a.slot = landing++;
+  const int slots = std::min(window_, landing);
+  for (Piece& a : applies_)
+    if (a.slot >= 0) a.slot %= slots;
   slot_bytes_ = largest_recv * esize;
-  slots_.assign(static_cast<size_t>(window_ * slot_bytes_), std::byte{0});
+  slots_.assign(static_cast<size_t>(slots * slot_bytes_), std::byte{0});
   staging_.assign(static_cast<size_t>(staged * esize), std::byte{0});
   workspace_.assign(static_cast<size_t>(program.workspace), 0.0f);
   send_requests_.clear();
@@ -237,7 +247,7 @@ void Engine::post_recv(Comm& comm, int j) {
   const Piece& a = applies_[static_cast<size_t>(j)];
   const size_t bytes = static_cast<size_t>(a.count * element_size(options_.dtype));
   std::byte* to = a.in_place ? reinterpret_cast<std::byte*>(at(a.offset))
-                             : slots_.data() + (j % window_) * slot_bytes_;
+                             : slots_.data() + a.slot * slot_bytes_;
   recv_requests_[static_cast<size_t>(j)] =
       comm.irecv(a.peer, std::span<std::byte>(to, bytes), options_.tag);
 }
@@ -262,7 +272,7 @@ void Engine::apply(int j) {
     send_requests_[static_cast<size_t>(c)].wait();
   }
   float* to = at(a.offset);
-  const std::byte* slot = slots_.data() + (j % window_) * slot_bytes_;
+  const std::byte* slot = slots_.data() + a.slot * slot_bytes_;
   switch (a.kind) {
     case StepKind::kRecvReduce: decode_add(options_.dtype, slot, to, a.count); break;
     case StepKind::kRecv: decode(options_.dtype, slot, to, a.count); break;

@@ -75,6 +75,7 @@ class Engine {
     int64_t staging = 0;          // send (non-fp32): element offset in staging_
     bool in_place = false;        // receive: lands in the vector itself
     int64_t first = -1;           // kAdd: slice = [first] + [source] (a copy and an add fused)
+    int slot = -1;                // receive not in place: its landing slot
     // Non-fp32: slices of the vector rounded to the element type after this
     // step (plan_rounding).
     std::vector<std::pair<int64_t, int64_t>> rounding;

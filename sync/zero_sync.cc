@@ -83,8 +83,8 @@ void ZeroSync::finish(std::span<float> params, std::span<float> grads) {
   whole_->all_gather(group_, params);
 }
 
-int zero_stage(const Config& config, const std::string& backend) {
-  const auto stage = config.get_int("sync.zero");
+int zero_stage(const SyncOptions& options, const std::string& backend) {
+  const int stage = options.zero;
   if (stage == 0) return 0;
   if (stage < 0 || stage > 3)
     throw ConfigError("sync.zero must be 0, 1, 2 or 3, got " + std::to_string(stage));
@@ -100,23 +100,23 @@ int zero_stage(const Config& config, const std::string& backend) {
     throw ConfigError("sync.zero: " + std::to_string(stage) + " needs a reduce-scatter and an "
                       "all-gather; sync.backend " + backend + " has none (choose ring, "
                       "halving_doubling or mpi)");
-  if (stage == 1 && config.get_bool("sync.overlap"))
+  if (stage == 1 && options.overlap.on)
     throw ConfigError("sync.zero: 1 reduce-scatters the whole gradient after the backward; "
                       "sync.overlap (reduce-scatter each bucket as the backward makes it) is "
                       "stage 2: set sync.zero: 2 or sync.overlap: false");
-  if (stage == 3 && config.get_string("sync.priority") != "fifo")
+  if (stage == 3 && options.priority != "fifo")
     throw ConfigError("sync.zero: 3 gathers and reduce-scatters layer by layer in the order the "
-                      "model runs them; sync.priority " + config.get_string("sync.priority") +
+                      "model runs them; sync.priority " + options.priority +
                       " reorders buckets it has none of: set sync.priority: fifo");
-  if (config.get_string("train.device") != "cpu")
+  if (options.device != "cpu")
     throw ConfigError("sync.zero runs on the host arenas only so far: set train.device: cpu or "
                       "sync.zero: 0");
-  return static_cast<int>(stage);
+  return stage;
 }
 
 SyncSetup make_zero_sync(const std::string& algorithm, SyncInit& init) {
   Comm& group = init.data_parallel ? *init.data_parallel : init.world;
-  const int stage = zero_stage(init.config, algorithm);
+  const int stage = zero_stage(init.options, algorithm);
   try {
     check_shards(algorithm, group.size());
   } catch (const ConfigError& e) {
@@ -125,14 +125,14 @@ SyncSetup make_zero_sync(const std::string& algorithm, SyncInit& init) {
   }
   if (stage == 3 && init.layers.empty())
     throw ConfigError("sync.zero: 3 shards the parameters and gathers each layer's before its "
-                      "forward and backward; model.type " + init.config.get_string("model.type") +
+                      "forward and backward; model.type " + init.options.model_type +
                       " cannot gather per layer (its layers read the whole parameter arena "
                       "without asking for them: Model::layer_ranges), so choose sync.zero 1 or 2");
   SyncSetup setup;
   setup.workers = &init.world;
-  setup.sync = std::make_unique<ZeroSync>(group, algorithm, allreduce_options(init.config),
+  setup.sync = std::make_unique<ZeroSync>(group, algorithm, init.options.allreduce,
                                           init.optimizer, stage, init.params, init,
-                                          init.config.get_bool("sync.overlap"));
+                                          init.options.overlap.on);
   return setup;
 }
 

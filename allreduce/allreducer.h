@@ -28,7 +28,8 @@
 namespace psar {
 
 struct AllreduceOptions {
-  // Pipelining granularity of the segmented algorithms (ring, tree), in bytes.
+  // Pipelining granularity of the segmented algorithms (ring, tree), in bytes
+  // of the float32 vector (the same pieces for every sync.dtype).
   int64_t segment_bytes = 512 * 1024;  // see docs/algorithms.md, "Segments"
   // The element type on the wire (sync.dtype) and whether partial sums are
   // rounded to it too (sync.accumulate: dtype) instead of kept in float32.

@@ -36,10 +36,15 @@ ProgramCollective::ProgramCollective(ProgramFn program, CollectiveOptions option
 
 void ProgramCollective::run(Comm& comm, std::span<float> data, int root,
                             const std::vector<int>& node, const std::vector<int64_t>& split) {
-  const ProgramShape shape{.ranks = comm.size(), .count = static_cast<int64_t>(data.size()),
-                           .segment_bytes = options_.segment_bytes, .dtype = options_.dtype,
-                           .root = root, .node = node, .split = split};
-  if (!planned_ || planned_rank_ != comm.rank() || !(shape == shape_)) {
+  // The plan stands while the shape does (compared in place: no copy of the
+  // node map or the split per call).
+  const bool same = planned_ && planned_rank_ == comm.rank() && shape_.ranks == comm.size() &&
+                    shape_.count == static_cast<int64_t>(data.size()) && shape_.root == root &&
+                    shape_.node == node && shape_.split == split;
+  if (!same) {
+    const ProgramShape shape{.ranks = comm.size(), .count = static_cast<int64_t>(data.size()),
+                             .segment_bytes = options_.segment_bytes, .dtype = options_.dtype,
+                             .root = root, .node = node, .split = split};
     PSAR_CHECK(0 <= root && root < comm.size(), "collective root ", root, " outside ",
                comm.size(), " ranks");
     program_ = fn_(shape);

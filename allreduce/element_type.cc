@@ -74,6 +74,26 @@ void encode(ElementType t, const float* src, void* wire, int64_t n) {
 }
 
 PSAR_CONVERSION_KERNEL
+void encode_kept(ElementType t, float* data, void* wire, int64_t n) {
+  if (t == ElementType::kFp32) {
+    if (n > 0) std::memcpy(wire, data, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  auto* w = static_cast<uint16_t*>(wire);
+  if (t == ElementType::kBf16)
+    for (int64_t i = 0; i < n; ++i) {
+      w[i] = to_bf16(data[i]);
+      data[i] = from_bf16(w[i]);
+    }
+  else
+    for (int64_t i = 0; i < n; ++i) {
+      const _Float16 h = static_cast<_Float16>(data[i]);
+      w[i] = std::bit_cast<uint16_t>(h);
+      data[i] = static_cast<float>(h);
+    }
+}
+
+PSAR_CONVERSION_KERNEL
 void decode(ElementType t, const void* wire, float* dst, int64_t n) {
   if (t == ElementType::kFp32) {
     if (n > 0) std::memcpy(dst, wire, static_cast<size_t>(n) * sizeof(float));

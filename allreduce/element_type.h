@@ -35,6 +35,9 @@ float fp16_to_float(uint16_t x);
 
 // Vectors of n elements. `wire` points to n elements of type t.
 void encode(ElementType t, const float* src, void* wire, int64_t n);
+// encode, and `data` becomes what went on the wire (round_to), in one pass:
+// a rank keeps what it sends.
+void encode_kept(ElementType t, float* data, void* wire, int64_t n);
 void decode(ElementType t, const void* wire, float* dst, int64_t n);
 void decode_add(ElementType t, const void* wire, float* dst, int64_t n);  // dst += wire
 // data = widen(narrow(data)): what a value becomes on the wire (no-op for fp32).

@@ -30,26 +30,48 @@ void Engine::plan(const Program& program, int rank, const EngineOptions& options
   const int64_t esize = element_size(options.dtype);
   bool all_eager = program.eager_up_to > 0;
   int64_t largest_recv = 0;
-  for (const Step& s : program.steps[static_cast<size_t>(rank)]) {
+  const std::vector<Step>& steps = program.steps[static_cast<size_t>(rank)];
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& s = steps[i];
+    // A copy into a slice followed by an add into the same slice is one
+    // pass: slice = first + source (the same additions in the same order).
+    int64_t first = -1, source = s.source;
+    if (s.kind == StepKind::kCopy && i + 1 < steps.size()) {
+      const Step& t = steps[i + 1];
+      if (t.kind == StepKind::kAdd && t.offset == s.offset && t.count == s.count &&
+          !overlap(s.offset, s.count, s.source, s.count) &&
+          !overlap(s.offset, s.count, t.source, t.count)) {
+        first = s.source;
+        source = t.source;
+        ++i;
+      }
+    }
+    const StepKind kind = first >= 0 ? StepKind::kAdd : s.kind;
     const bool moves = s.sends() || s.receives();
     const int64_t bytes = s.count * esize;
     if (moves && bytes > program.eager_up_to) all_eager = false;
-    const int64_t piece_bytes =
-        program.eager_up_to > 0 && bytes <= program.eager_up_to ? kEagerPieceBytes
-        : program.segmented                                      ? options.segment_bytes
-                                                                 : std::max<int64_t>(bytes, 1);
-    const Partition pieces{s.count, moves ? static_cast<int>(std::max<int64_t>(
-                                                1, (bytes + piece_bytes - 1) / piece_bytes))
-                                          : 1};
+    // Eager pieces by the bytes on the wire (a transport's limit); segments
+    // by the slice's float32 bytes, so every element type cuts the same
+    // pieces and only their bytes on the wire differ. A segmented program's
+    // local steps are cut alike, so what follows a piece (its rounding)
+    // finds it in cache.
+    const int64_t parts =
+        moves && program.eager_up_to > 0 && bytes <= program.eager_up_to
+            ? (bytes + kEagerPieceBytes - 1) / kEagerPieceBytes
+        : program.segmented ? (s.count * static_cast<int64_t>(sizeof(float)) + options.segment_bytes - 1) /
+                                  options.segment_bytes
+                            : 1;
+    const Partition pieces{s.count, static_cast<int>(std::max<int64_t>(1, parts))};
     for (int k = 0; k < pieces.parts; ++k) {
-      Piece p{.kind = s.kind, .round = s.round, .peer = s.peer,
+      Piece p{.kind = kind, .round = s.round, .peer = s.peer,
               .offset = s.offset + pieces.offset(k), .count = pieces.size(k),
-              .source = s.source + pieces.offset(k), .depends = 0, .conflicts = {}};
+              .source = source + pieces.offset(k), .depends = 0, .conflicts = {}, .rounding = {}};
+      if (first >= 0) p.first = first + pieces.offset(k);
       if (s.sends()) {
         sends_.push_back(p);
       } else {
         p.in_place = s.kind == StepKind::kRecv && options.dtype == ElementType::kFp32;
-        if (s.receives()) largest_recv = std::max(largest_recv, p.count);
+        if (s.receives() && !p.in_place) largest_recv = std::max(largest_recv, p.count);
         applies_.push_back(p);
       }
     }
@@ -73,7 +95,8 @@ void Engine::plan(const Program& program, int rank, const EngineOptions& options
       const Piece& b = applies_[k];
       const bool reads = b.kind == StepKind::kCopy || b.kind == StepKind::kAdd;
       if (overlap(b.offset, b.count, a.offset, a.count) ||
-          (reads && overlap(b.source, b.count, a.offset, a.count))) {
+          (reads && overlap(b.source, b.count, a.offset, a.count)) ||
+          (b.first >= 0 && overlap(b.first, b.count, a.offset, a.count))) {
         a.depends = static_cast<int>(k) + 1;
         break;
       }
@@ -96,15 +119,94 @@ void Engine::plan(const Program& program, int rank, const EngineOptions& options
       peers = std::max(peers, static_cast<int>(j - i));
     }
   }
+  plan_rounding();
   window_ = all_eager ? std::max(kWindow, static_cast<int>(applies_.size())) : kWindow * peers;
+  // Receives that land in a slot take slots in turn: at most window_ of
+  // them are posted at once (those of the applies in the window), so
+  // min(window_, their number) slots keep them apart.
+  int landing = 0;
+  for (Piece& a : applies_)
+    if ((a.kind == StepKind::kRecv || a.kind == StepKind::kRecvReduce) && !a.in_place)
+      a.slot = landing++;
+  const int slots = std::min(window_, landing);
+  for (Piece& a : applies_)
+    if (a.slot >= 0) a.slot %= slots;
   slot_bytes_ = largest_recv * esize;
-  slots_.assign(static_cast<size_t>(window_ * slot_bytes_), std::byte{0});
+  slots_.assign(static_cast<size_t>(slots * slot_bytes_), std::byte{0});
   staging_.assign(static_cast<size_t>(staged * esize), std::byte{0});
   workspace_.assign(static_cast<size_t>(program.workspace), 0.0f);
   send_requests_.clear();
   recv_requests_.clear();
   send_requests_.resize(sends_.size());
   recv_requests_.resize(applies_.size());
+}
+
+// Non-fp32: every rank must end with its vector in the element type. An
+// element is already there if its last write was a receive (widened from
+// the wire) or a send of a later round rounded it (encode_kept); otherwise
+// it is rounded right after the last step that writes or reads it (while
+// in cache, as later pieces are still in flight), or at the end if no step
+// touches it. Rounding is idempotent, so the bits are those of rounding the
+// whole vector at the end.
+void Engine::plan_rounding() {
+  final_rounding_.clear();
+  if (options_.dtype == ElementType::kFp32) return;
+  const int64_t n = program_->count;
+  std::vector<int64_t> cuts{0, n};
+  auto cut = [&](int64_t offset, int64_t count) {
+    if (offset >= n || count <= 0) return;
+    cuts.push_back(offset);
+    cuts.push_back(std::min(n, offset + count));
+  };
+  auto reads = [](const Piece& a) { return a.kind == StepKind::kCopy || a.kind == StepKind::kAdd; };
+  for (const Piece& a : applies_) {
+    cut(a.offset, a.count);
+    if (reads(a)) cut(a.source, a.count);
+    if (a.first >= 0) cut(a.first, a.count);
+  }
+  for (const Piece& s : sends_) cut(s.offset, s.count);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  const size_t intervals = cuts.size() - 1;
+  // Elementary intervals [cuts[i], cuts[i+1]) covered by a slice: [lo, hi).
+  auto covered = [&](int64_t offset, int64_t count) -> std::pair<size_t, size_t> {
+    if (offset >= n || count <= 0) return {0, 0};
+    const auto lo = std::lower_bound(cuts.begin(), cuts.end(), offset);
+    const auto hi = std::lower_bound(lo, cuts.end(), std::min(n, offset + count));
+    return {static_cast<size_t>(lo - cuts.begin()), static_cast<size_t>(hi - cuts.begin())};
+  };
+  std::vector<int> last_write(intervals, -1), last_touch(intervals, -1), last_send_round(intervals, -1);
+  for (int j = 0; j < static_cast<int>(applies_.size()); ++j) {
+    const Piece& a = applies_[static_cast<size_t>(j)];
+    auto touch = [&](int64_t offset, bool writes) {
+      const auto [lo, hi] = covered(offset, a.count);
+      for (size_t i = lo; i < hi; ++i) {
+        last_touch[i] = j;
+        if (writes) last_write[i] = j;
+      }
+    };
+    touch(a.offset, true);
+    if (reads(a)) touch(a.source, false);
+    if (a.first >= 0) touch(a.first, false);
+  }
+  for (const Piece& s : sends_) {
+    const auto [lo, hi] = covered(s.offset, s.count);
+    for (size_t i = lo; i < hi; ++i) last_send_round[i] = std::max(last_send_round[i], s.round);
+  }
+  for (Piece& a : applies_) a.rounding.clear();
+  for (size_t i = 0; i < intervals; ++i) {
+    const int w = last_write[i];
+    const bool exact = w >= 0 ? applies_[static_cast<size_t>(w)].kind == StepKind::kRecv ||
+                                    last_send_round[i] > applies_[static_cast<size_t>(w)].round
+                              : last_send_round[i] >= 0;
+    if (exact) continue;
+    auto& list = last_touch[i] >= 0 ? applies_[static_cast<size_t>(last_touch[i])].rounding
+                                    : final_rounding_;
+    if (!list.empty() && list.back().first + list.back().second == cuts[i])
+      list.back().second += cuts[i + 1] - cuts[i];
+    else
+      list.emplace_back(cuts[i], cuts[i + 1] - cuts[i]);
+  }
 }
 
 void Engine::run(Comm& comm, std::span<float> data) {
@@ -136,8 +238,7 @@ void Engine::post_send(Comm& comm, int i) {
   }
   const int64_t esize = element_size(options_.dtype);
   std::byte* wire = staging_.data() + s.staging * esize;
-  encode(options_.dtype, from, wire, s.count);
-  round_to(options_.dtype, from, s.count);  // a rank keeps what it sends
+  encode_kept(options_.dtype, from, wire, s.count);  // a rank keeps what it sends
   send_requests_[static_cast<size_t>(i)] = comm.isend(
       s.peer, std::span<const std::byte>(wire, static_cast<size_t>(s.count * esize)), options_.tag);
 }
@@ -146,7 +247,7 @@ void Engine::post_recv(Comm& comm, int j) {
   const Piece& a = applies_[static_cast<size_t>(j)];
   const size_t bytes = static_cast<size_t>(a.count * element_size(options_.dtype));
   std::byte* to = a.in_place ? reinterpret_cast<std::byte*>(at(a.offset))
-                             : slots_.data() + (j % window_) * slot_bytes_;
+                             : slots_.data() + a.slot * slot_bytes_;
   recv_requests_[static_cast<size_t>(j)] =
       comm.irecv(a.peer, std::span<std::byte>(to, bytes), options_.tag);
 }
@@ -171,18 +272,22 @@ void Engine::apply(int j) {
     send_requests_[static_cast<size_t>(c)].wait();
   }
   float* to = at(a.offset);
-  const std::byte* slot = slots_.data() + (j % window_) * slot_bytes_;
+  const std::byte* slot = slots_.data() + a.slot * slot_bytes_;
   switch (a.kind) {
     case StepKind::kRecvReduce: decode_add(options_.dtype, slot, to, a.count); break;
     case StepKind::kRecv: decode(options_.dtype, slot, to, a.count); break;
     case StepKind::kCopy:
       std::memcpy(to, at(a.source), static_cast<size_t>(a.count) * sizeof(float));
       break;
-    case StepKind::kAdd: ops::add_inplace(to, at(a.source), a.count); break;
+    case StepKind::kAdd:
+      if (a.first >= 0) ops::add(to, at(a.first), at(a.source), a.count);
+      else ops::add_inplace(to, at(a.source), a.count);
+      break;
     case StepKind::kSend: break;
   }
   if (options_.accumulate_in_dtype && (a.kind == StepKind::kRecvReduce || a.kind == StepKind::kAdd))
     round_to(options_.dtype, to, a.count);
+  for (const auto& [offset, count] : a.rounding) round_to(options_.dtype, data_ + offset, count);
 }
 
 void Engine::execute(Comm& comm) {
@@ -234,8 +339,9 @@ void Engine::execute(Comm& comm) {
   for (auto& q : send_requests_) q.wait();
   // Every rank ends in the wire type: ranks that hold a sum they never sent
   // (a butterfly's core next to a folding partner) round it as the partner
-  // did before sending, so all hold the same bits.
-  round_to(options_.dtype, data_, program_->count);
+  // did before sending, so all hold the same bits (plan_rounding: what no
+  // step rounded on the way).
+  for (const auto& [offset, count] : final_rounding_) round_to(options_.dtype, data_ + offset, count);
 }
 
 }  // namespace psar

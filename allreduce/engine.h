@@ -6,8 +6,11 @@
 // Plan (once per program and rank): every send and receive step is cut into
 // pieces — eager pieces of kEagerPieceBytes for a step of up to the
 // program's eager_up_to bytes (allreduce/eager.h), otherwise segments of at
-// most segment_bytes (sizes by Partition, so both ends cut a message alike),
-// or whole where the program says it is not segmented.
+// most segment_bytes of the float32 slice (sizes by Partition, so both ends
+// cut a message alike; counted in float32 bytes, so every element type cuts
+// the same pieces and sends each in its own bytes), or whole where the
+// program says it is not segmented. A copy followed by an add into the same
+// slice runs as one pass (slice = a + b).
 // Each piece gets its dependencies from the slices it touches: a send waits
 // for the rank's earlier-round steps that write what it reads; a step that
 // writes a slice waits until this rank's sends of the same or earlier rounds
@@ -26,13 +29,16 @@
 // Element types: an fp32 program sends straight from the caller's vector and
 // receives copies in place; reductions land in window slots and are added
 // from there. A bf16/fp16 program converts each piece it sends into a
-// staging buffer (rounding the sender's own copy to the same values,
-// allreduce/element_type.h), lands every receive in a slot to widen it, and
-// rounds the whole vector to the element type at the end, so every rank ends
-// with the same bits whether or not it sent its final values.
+// staging buffer (rounding the sender's own copy to the same values in the
+// same pass, allreduce/element_type.h), lands every receive in a slot to
+// widen it, and rounds to the element type what neither a receive nor a
+// later send left in it — right after the last step that touches it, else
+// at the end — so every rank ends with the same bits whether or not it sent
+// its final values.
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "allreduce/element_type.h"
@@ -68,11 +74,17 @@ class Engine {
     std::vector<int> conflicts;   // apply: sends that must complete first
     int64_t staging = 0;          // send (non-fp32): element offset in staging_
     bool in_place = false;        // receive: lands in the vector itself
+    int64_t first = -1;           // kAdd: slice = [first] + [source] (a copy and an add fused)
+    int slot = -1;                // receive not in place: its landing slot
+    // Non-fp32: slices of the vector rounded to the element type after this
+    // step (plan_rounding).
+    std::vector<std::pair<int64_t, int64_t>> rounding;
   };
   float* at(int64_t offset) {
     return offset < program_->count ? data_ + offset
                                     : workspace_.data() + (offset - program_->count);
   }
+  void plan_rounding();
   void execute(Comm& comm);
   void post_send(Comm& comm, int i);
   void post_recv(Comm& comm, int j);
@@ -83,6 +95,7 @@ class Engine {
   EngineOptions options_;
   int rank_ = -1, window_ = kWindow;
   std::vector<Piece> sends_, applies_;
+  std::vector<std::pair<int64_t, int64_t>> final_rounding_;  // rounded after the last step
   std::vector<float> workspace_;
   std::vector<std::byte> slots_, staging_;
   int64_t slot_bytes_ = 0;

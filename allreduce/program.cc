@@ -165,7 +165,7 @@ bool ProgramShape::spans_nodes() const {
 }
 
 int64_t ProgramShape::segments(int64_t elements) const {
-  const int64_t bytes = elements * element_size(dtype);
+  const int64_t bytes = elements * static_cast<int64_t>(sizeof(float));
   return std::max<int64_t>(1, (bytes + segment_bytes - 1) / segment_bytes);
 }
 

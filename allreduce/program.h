@@ -132,8 +132,8 @@ struct ProgramShape {
   int64_t piece_offset(int r) const;
   int64_t piece_size(int r) const;
 
-  // The segments `elements` elements are cut into: ⌈elements·size / segment_bytes⌉,
-  // at least 1.
+  // The segments `elements` elements are cut into: ⌈elements·4 / segment_bytes⌉
+  // (float32 bytes: the same pieces for every element type), at least 1.
   int64_t segments(int64_t elements) const;
   // Whether the ranks are on more than one node (node known and not all one).
   bool spans_nodes() const;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <numeric>
 
 #include "allreduce/algorithms.h"
 #include "allreduce/collectives.h"
@@ -50,10 +51,18 @@ const AllreducerEntry kBuiltin[] = {
      .make = &make_nccl_allreducer, .device = true, .cost = &ring_cost, .timed_as = "ring"},
 };
 
-// Every rank's node: Comm::nodes() where set (net.node_size, tests), else
-// the hostnames, exchanged over the control plane.
+// Every rank's node: Comm::nodes() where set (net.node_size, tests), a node
+// per rank under a one-level emulated network, else the hostnames,
+// exchanged over the control plane.
 std::vector<int> node_map(Comm& comm) {
   if (!comm.nodes().empty()) return comm.nodes();
+  // A one-level emulated network gives every rank a NIC of its own
+  // (comm/netem.h): each rank stands for a host.
+  if (comm.network() != nullptr) {
+    std::vector<int> node(static_cast<size_t>(comm.size()));
+    std::iota(node.begin(), node.end(), 0);
+    return node;
+  }
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const std::string mine(host);

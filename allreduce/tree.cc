@@ -39,12 +39,15 @@ Program tree_program(const ProgramShape& shape) {
 // one; the root adds k·n: (2D+S-1)α + (m(S-1) + 2D)(n/S)β + k·n·γ. An
 // estimate (the fill and drain overlap partly); the simulator times the
 // program itself.
+// S counts the vector's float32 bytes (ProgramShape::segments); n is the
+// bytes on the wire.
 CostTerms tree_cost(int ranks, int64_t bytes, const AllreduceOptions& options) {
   if (ranks == 1) return {};
   int depth = 0;
   while ((2 << depth) <= ranks) ++depth;
+  const int64_t float_bytes = bytes / element_size(options.dtype) * static_cast<int64_t>(sizeof(float));
   const int64_t segments =
-      std::max<int64_t>(1, (bytes + options.segment_bytes - 1) / options.segment_bytes);
+      std::max<int64_t>(1, (float_bytes + options.segment_bytes - 1) / options.segment_bytes);
   const double k = std::min(2, ranks - 1);
   const double m = ranks >= 5 ? 3 : k;  // rank 1 has children 3 and 4 from N = 5 on
   const double s = static_cast<double>(segments), piece = static_cast<double>(bytes) / s;

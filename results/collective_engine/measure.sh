@@ -2,7 +2,11 @@
 # Measures the collective engine against the hand-written executors it
 # replaced, and bf16 against fp32 on the wire at an emulated 1 Gbit/s.
 #
-#   results/collective_engine/measure.sh OLD_PSAR NEW_PSAR OUT_DIR
+#   results/collective_engine/measure.sh OLD_PSAR NEW_PSAR OUT_DIR [PART...]
+#
+# PART: engine2, engine4 (old vs new at np = 2, 4), dtype2, dtype4 (fp32 vs
+# bf16 at np = 2, 4); default all four, in that order. Run the parts in
+# separate calls to keep each one short; they append to OUT_DIR.
 #
 # OLD_PSAR: psar built at the commit before the engine; NEW_PSAR: psar at the
 # engine's commit. Runs `psar bench allreduce` at np = 2 and 4, 4 KiB–64 MiB,
@@ -13,12 +17,17 @@
 # table.py turns them into table.md.
 set -euo pipefail
 old=$1 new=$2 out=$3
+shift 3
+parts=("$@")
+(( ${#parts[@]} )) || parts=(engine2 engine4 dtype2 dtype4)
 mkdir -p "$out"
 algos=ring,tree,butterfly,halving_doubling,naive,hierarchical
 mpirun=(mpirun --allow-run-as-root --oversubscribe)
 state() { { echo "## $1 $(date -u +%FT%TZ)"; uptime; vmstat 1 3; } >> "$out/machine.txt"; }
-echo "# nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo)" > "$out/machine.txt"
-for np in 2 4; do
+[[ -f $out/machine.txt ]] ||
+  echo "# nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo)" > "$out/machine.txt"
+engine() {
+  local np=$1
   for rep in 1 2 3; do
     sides=(old new)
     (( rep % 2 == 0 )) && sides=(new old)
@@ -31,8 +40,9 @@ for np in 2 4; do
         --csv "$out/engine_${side}_np${np}_rep${rep}.csv" > "$out/engine_${side}_np${np}_rep${rep}.txt"
     done
   done
-done
-for np in 2 4; do
+}
+dtype() {
+  local np=$1
   for dtype in fp32 bf16; do
     state "dtype np=$np $dtype"
     flock /tmp/psar-measure.lock "${mpirun[@]}" -np "$np" "$new" bench allreduce \
@@ -41,5 +51,12 @@ for np in 2 4; do
       --csv "$out/dtype_${dtype}_np${np}.csv" --volume-csv "$out/dtype_${dtype}_np${np}_volume.csv" \
       > "$out/dtype_${dtype}_np${np}.txt"
   done
+}
+for part in "${parts[@]}"; do
+  case $part in
+    engine2 | engine4) engine "${part#engine}" ;;
+    dtype2 | dtype4) dtype "${part#dtype}" ;;
+    *) echo "measure.sh: unknown part '$part' (engine2, engine4, dtype2, dtype4)" >&2; exit 2 ;;
+  esac
+  state "end $part"
 done
-state "end"

@@ -36,7 +36,7 @@ def main():
           "Machine state before each run: machine.txt. Commands: README.md.\n")
     print("| np | algorithm | size | old µs | new µs | old/new | ≥ 0.97 |")
     print("|---|---|---|---|---|---|---|")
-    worst = {}
+    ratios = {}  # (np, algo) -> [old/new per size]
     for key in sorted(k for k in times if k[1] == "old"):
         np_, _, algo, size = key
         new = times.get((np_, "new", algo, size))
@@ -44,17 +44,22 @@ def main():
             continue
         o, n = statistics.median(times[key]), statistics.median(new)
         ratio = o / n
-        worst[(np_, algo)] = min(worst.get((np_, algo), 9e9), ratio)
+        ratios.setdefault((np_, algo), []).append(ratio)
         print(f"| {np_} | {algo} | {size} | {o:.1f} | {n:.1f} | {ratio:.3f} | "
               f"{'yes' if ratio >= 0.97 else 'no'} |")
-    print("\nWorst old/new per algorithm and np:\n")
-    print("| np | algorithm | worst old/new |")
-    print("|---|---|---|")
-    for (np_, algo), r in sorted(worst.items()):
-        print(f"| {np_} | {algo} | {r:.3f} |")
+    print("\nold/new per algorithm and np over the sizes:\n")
+    print("| np | algorithm | min | median | max | sizes ≥ 0.97 |")
+    print("|---|---|---|---|---|---|")
+    for (np_, algo), rs in sorted(ratios.items()):
+        print(f"| {np_} | {algo} | {min(rs):.3f} | {statistics.median(rs):.3f} | {max(rs):.3f} | "
+              f"{sum(r >= 0.97 for r in rs)} of {len(rs)} |")
+    every = [r for rs in ratios.values() for r in rs]
+    if every:
+        print(f"\nAll cells: {sum(r >= 0.97 for r in every)} of {len(every)} at ≥ 0.97.")
     print("\n# bf16 vs fp32 on the wire, 1 Gbit/s emulated (net.bandwidth=1Gbit)\n")
-    print("| np | algorithm | size | fp32 µs | bf16 µs | time bf16/fp32 | busiest bytes fp32 | bf16 | bytes bf16/fp32 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| np | algorithm | size | fp32 µs | bf16 µs | time bf16/fp32 | busiest bytes fp32 | bf16 | bytes bf16/fp32 | time within 10 % of 0.5 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    timing = []
     for np_ in (2, 4):
         f = os.path.join(d, f"dtype_fp32_np{np_}.csv")
         b = os.path.join(d, f"dtype_bf16_np{np_}.csv")
@@ -69,8 +74,14 @@ def main():
         for key in sorted(tf):
             if key not in tb:
                 continue
+            t = tb[key] / tf[key]
+            timing.append(t)
             print(f"| {np_} | {key[0]} | {key[1]} | {tf[key]:.0f} | {tb[key]:.0f} | "
-                  f"{tb[key] / tf[key]:.3f} | {vf[key]} | {vb[key]} | {vb[key] / vf[key]:.3f} |")
+                  f"{t:.3f} | {vf[key]} | {vb[key]} | {vb[key] / vf[key]:.3f} | "
+                  f"{'yes' if abs(t - 0.5) <= 0.05 else 'no'} |")
+    if timing:
+        print(f"\nTime bf16/fp32 from {min(timing):.3f} to {max(timing):.3f}; "
+              f"{sum(abs(t - 0.5) <= 0.05 for t in timing)} of {len(timing)} rows within 10 % of 0.5.")
 
 
 if __name__ == "__main__":

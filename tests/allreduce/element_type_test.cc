@@ -8,6 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "allreduce/element_type.h"
@@ -90,12 +91,22 @@ TEST(ElementType, VectorsRoundTripAndAddInFloat32) {
     decode_add(t, wire, sum, 4);
     std::copy(std::begin(x), std::end(x), rounded);
     round_to(t, rounded, 4);
+    // encode_kept: the same wire bits, and the source becomes what was sent.
+    uint16_t kept_wire16[4];
+    float kept_wire32[4], kept[4];
+    void* kept_wire =
+        t == ElementType::kFp32 ? static_cast<void*>(kept_wire32) : static_cast<void*>(kept_wire16);
+    std::copy(std::begin(x), std::end(x), kept);
+    encode_kept(t, kept, kept_wire, 4);
+    EXPECT_EQ(std::memcmp(kept_wire, wire, static_cast<size_t>(4 * element_size(t))), 0)
+        << element_type_name(t);
     for (int i = 0; i < 4; ++i) {
       const float expect = t == ElementType::kBf16   ? bf16_to_float(reference_bf16(x[i]))
                            : t == ElementType::kFp16 ? fp16_to_float(reference_fp16(x[i]))
                                                      : x[i];
       EXPECT_EQ(back[i], expect) << element_type_name(t) << " " << i;
       EXPECT_EQ(rounded[i], expect) << element_type_name(t) << " " << i;
+      EXPECT_EQ(kept[i], expect) << element_type_name(t) << " " << i;
       EXPECT_EQ(sum[i], 10.0f + expect) << element_type_name(t) << " " << i;
     }
   }

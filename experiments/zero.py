@@ -127,7 +127,9 @@ def step(args):
     kept = ""
     if args.net and os.path.exists(note):
         with open(note) as f:
-            kept = "".join(l for l in f if not l.startswith(f"{args.net}: "))
+            # The other networks' notes (a whole sweep's note has no prefix: gone).
+            kept = "".join(l for l in f if any(l.startswith(f"{n}: ") for n, _ in NETS
+                                               if n != args.net))
     write_text(note, kept + (f"{args.net}: " if args.net else "") + runner.machine_note(before) + "\n")
     if args.part == "step3":
         write_csv(os.path.join(args.out, "prediction.csv"), prediction(args.psar))

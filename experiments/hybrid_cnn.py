@@ -51,7 +51,6 @@ classes) puts the crossover at the batch
 b* = (8(P - P_c) - 5anB) / (12F + 8C): hybrid communicates less below it.
 """
 
-import argparse
 import os
 import re
 import statistics
@@ -418,26 +417,16 @@ def draw_crossover(results_dir, crossover_rows):
     fig.savefig(os.path.join(results_dir, "crossover.png"), dpi=120)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["accuracy", "compare", "crossover", "report"])
-    ap.add_argument("--psar", default=None)
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--out", help="default: runs/hybrid_cnn (crossover: runs/hybrid_cnn_crossover), "
-                                  "or the same under results/ with --reference")
-    runner.add_output_flags(ap)
-    args = ap.parse_args()
-    folder = "hybrid_cnn_crossover" if args.part == "crossover" else "hybrid_cnn"
-    args.out = args.out or os.path.join(runner.output_root(args), folder)
-    os.makedirs(args.out, exist_ok=True)
-    if args.part == "report":
-        report(args)
-        return
-    args.psar = runner.psar_binary(args.psar)
-    state = runner.begin(args.out, args.exploratory, args.psar, reference=args.reference)
-    {"accuracy": accuracy, "compare": compare, "crossover": crossover}[args.part](args)
-    runner.record_provenance(args.out, state)
+def launcher():
+    launch = runner.Launcher(
+        __doc__, lambda args: "hybrid_cnn_crossover" if args.part == "crossover" else "hybrid_cnn",
+        runs={"accuracy": accuracy, "compare": compare, "crossover": crossover},
+        reports={"report": report},
+        out_help="default: runs/hybrid_cnn (crossover: runs/hybrid_cnn_crossover), or the same "
+                 "under results/ with --reference")
+    launch.parser.add_argument("--steps", type=int, default=12)
+    return launch
 
 
 if __name__ == "__main__":
-    runner.main_guard("hybrid_cnn.py", main)
+    runner.main_guard("hybrid_cnn.py", launcher().main)

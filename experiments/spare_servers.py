@@ -35,7 +35,6 @@ PS, PS ÷ ring (target ≤ 0.75: the α-β forms give (n + N·c)/(2(N−1)/N·n)
 and the PS beside its α-β prediction (target within 15 %).
 """
 
-import argparse
 import os
 import statistics
 import tempfile
@@ -131,8 +130,7 @@ def measure_cluster(psar, rep, tmp, notes):
 
 
 def measure(args):
-    psar = runner.psar_binary(args.psar)
-    state = runner.begin(args.out, args.exploratory, psar, reference=args.reference)
+    psar, state = args.psar, args.state
     data = os.path.join(args.out, "data")
     os.makedirs(data, exist_ok=True)
     rows, notes = [], [f"commit {state['commit']}"]
@@ -146,7 +144,6 @@ def measure(args):
     notes += ["after the runs:"] + runner.machine_lines()
     write_text(os.path.join(data, "machine.txt"), "\n".join(notes) + "\n")
     write_readme(args.out, psar)
-    runner.record_provenance(args.out, state)
 
 
 def medians(rows, column="time_s"):
@@ -274,19 +271,11 @@ def regenerate(folder, results=None):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["measure", "report"])
-    ap.add_argument("--psar", default=None)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--no-cluster", action="store_true", help="the emulator only")
-    ap.add_argument("--out", help="default: runs/spare_servers, or results/ with --reference")
-    runner.add_output_flags(ap)
-    args = ap.parse_args()
-    args.out = args.out or os.path.join(runner.output_root(args), "spare_servers")
-    if args.part == "measure":
-        measure(args)
-    else:
-        write_readme(args.out, args.psar)
+    launch = runner.Launcher(__doc__, "spare_servers", runs={"measure": measure},
+                             reports={"report": lambda args: write_readme(args.out, args.psar)})
+    launch.parser.add_argument("--reps", type=int, default=3)
+    launch.parser.add_argument("--no-cluster", action="store_true", help="the emulator only")
+    args = launch.main()
     print(f"spare_servers.py: {args.out}/README.md")
 
 

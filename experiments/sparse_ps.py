@@ -39,7 +39,6 @@ server's bytes per worker equal the dense ring's (linear in the density
 between the measured points, on the measured bytes per touched row).
 """
 
-import argparse
 import os
 import statistics
 
@@ -210,34 +209,30 @@ def regenerate(folder, results=None):
     return {"tables.md": tables(folder)}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["measure", "report", "where"])
-    ap.add_argument("--psar", default=None)
+def report(args):
+    write_text(os.path.join(args.out, "tables.md"), tables(args.out))
+
+
+def measure_and_report(args):
+    measure(args)
+    report(args)
+
+
+def launcher():
+    launch = runner.Launcher(
+        __doc__, "sparse_ps", runs={"measure": measure_and_report},
+        reports={"report": report,
+                 "where": lambda args: write_where(read_csv(os.path.join(args.out, "runs.csv")))})
+    ap = launch.parser
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--rows", default=",".join(map(str, ROWS)))
-    ap.add_argument("--skews", default=",".join(map(str, SKEWS)))
-    ap.add_argument("--out", help="default: runs/sparse_ps, or results/sparse_ps with --reference")
-    runner.add_output_flags(ap)
-    args = ap.parse_args()
-    args.rows = [int(x) for x in args.rows.split(",")]
-    args.skews = [float(x) for x in args.skews.split(",")]
-    args.out = args.out or os.path.join(runner.output_root(args), "sparse_ps")
-    os.makedirs(args.out, exist_ok=True)
-    if args.part == "report":
-        write_text(os.path.join(args.out, "tables.md"), tables(args.out))
-        return
-    if args.part == "where":
-        write_where(read_csv(os.path.join(args.out, "runs.csv")))
-        return
-    args.psar = runner.psar_binary(args.psar)
-    state = runner.begin(args.out, args.exploratory, args.psar, reference=args.reference)
-    measure(args)
-    write_text(os.path.join(args.out, "tables.md"), tables(args.out))
-    runner.record_provenance(args.out, state)
+    ap.add_argument("--rows", default=",".join(map(str, ROWS)),
+                    type=lambda text: [int(x) for x in text.split(",")])
+    ap.add_argument("--skews", default=",".join(map(str, SKEWS)),
+                    type=lambda text: [float(x) for x in text.split(",")])
+    return launch
 
 
 if __name__ == "__main__":
-    runner.main_guard("sparse_ps.py", main)
+    runner.main_guard("sparse_ps.py", launcher().main)

@@ -68,7 +68,6 @@ results/collective_cost's d = 4 ring sweep, its γ; the PS, costs.ps_time
 at the same α and 1/β as the bandwidth. SSP and ASP have none.
 """
 
-import argparse
 import csv
 import fcntl
 import glob
@@ -484,10 +483,19 @@ def regenerate(folder, results=None):
     return {"table.md": table(folder)}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["measure", "report"])
-    ap.add_argument("--psar", default=None)
+def report(args):
+    write_text(os.path.join(args.out, "table.md"), table(args.out, args.psar))
+
+
+def measure_and_report(args):
+    measure(args)
+    report(args)
+
+
+def launcher():
+    launch = runner.Launcher(__doc__, "where_ps_wins", runs={"measure": measure_and_report},
+                             reports={"report": report})
+    ap = launch.parser
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rows", default="", help="comma-separated rows (default: all)")
     ap.add_argument("--columns", default="", help="comma-separated backends (default: all)")
@@ -497,21 +505,8 @@ def main():
     ap.add_argument("--budget-s", type=float, default=0,
                     help="start no run after this many seconds (0: no limit); the table counts "
                          "the runs each cell got")
-    ap.add_argument("--out", help="default: runs/where_ps_wins, or results/where_ps_wins "
-                                  "with --reference")
-    runner.add_output_flags(ap)
-    args = ap.parse_args()
-    args.out = args.out or os.path.join(runner.output_root(args), "where_ps_wins")
-    os.makedirs(args.out, exist_ok=True)
-    if args.part == "report":
-        write_text(os.path.join(args.out, "table.md"), table(args.out, args.psar))
-        return
-    args.psar = runner.psar_binary(args.psar)
-    state = runner.begin(args.out, args.exploratory, args.psar, reference=args.reference)
-    measure(args)
-    write_text(os.path.join(args.out, "table.md"), table(args.out, args.psar))
-    runner.record_provenance(args.out, state)
+    return launch
 
 
 if __name__ == "__main__":
-    runner.main_guard("where_ps_wins.py", main)
+    runner.main_guard("where_ps_wins.py", launcher().main)

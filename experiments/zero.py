@@ -39,7 +39,6 @@ buffers (grad_buffers_form); stage 3 4·P_r + 8·P_r (no gradient shard)
 beside the gathered layers (gathered_form), the paper's 16Ψ/N.
 """
 
-import argparse
 import os
 import statistics
 
@@ -401,26 +400,19 @@ def regenerate(folder, results=None):
     return {"tables.md": tables(folder)}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["memory", "step", "step3", "report"])
-    ap.add_argument("--psar", default=None)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--net", choices=[n for n, _ in NETS], help="step parts: this network only")
-    ap.add_argument("--out", help="default: runs/zero, or results/zero with --reference")
-    runner.add_output_flags(ap)
-    args = ap.parse_args()
-    args.out = args.out or os.path.join(runner.output_root(args), "zero")
-    os.makedirs(args.out, exist_ok=True)
-    if args.part == "report":
-        write_text(os.path.join(args.out, "tables.md"), tables(args.out))
-        return
-    args.psar = runner.psar_binary(args.psar)
-    state = runner.begin(args.out, args.exploratory, args.psar, reference=args.reference)
-    {"memory": memory, "step": step, "step3": step}[args.part](args)
-    runner.record_provenance(args.out, state)
+def report(args):
+    write_text(os.path.join(args.out, "tables.md"), tables(args.out))
+
+
+def launcher():
+    launch = runner.Launcher(__doc__, "zero", runs={"memory": memory, "step": step, "step3": step},
+                             reports={"report": report})
+    launch.parser.add_argument("--steps", type=int, default=20)
+    launch.parser.add_argument("--reps", type=int, default=3)
+    launch.parser.add_argument("--net", choices=[n for n, _ in NETS],
+                               help="step parts: this network only")
+    return launch
 
 
 if __name__ == "__main__":
-    runner.main_guard("zero.py", main)
+    runner.main_guard("zero.py", launcher().main)

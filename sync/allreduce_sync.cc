@@ -127,23 +127,23 @@ SyncSetup allreduce_setup(std::unique_ptr<Allreducer> algorithm, SyncInit& init,
   setup.workers = &init.world;
   setup.sync = std::make_unique<AllreduceSync>(
       group, std::move(algorithm), init.optimizer, init.params.size(), device, init.sparse,
-      init.config.get_string("sync.sparse_tables") == "gather");
+      init.options.gather_sparse_tables);
   return setup;
 }
 }  // namespace
 
 SyncSetup make_allreduce_sync(const std::string& algorithm, SyncInit& init) {
-  return allreduce_setup(make_allreducer(algorithm, allreduce_options(init.config)), init,
+  return allreduce_setup(make_allreducer(algorithm, init.options.allreduce), init,
                          find_allreducer(algorithm).device);
 }
 
 SyncSetup make_tuned_sync(SyncInit& init) {
-  if (!init.config.has("sync.tuning"))
+  if (init.options.tuning.empty())
     throw ConfigError("sync.backend auto needs a tuning table: set sync.tuning to the file "
                       "psar tune wrote");
   return allreduce_setup(std::make_unique<TunedAllreducer>(
-                             TuningTable::load(init.config.get_string("sync.tuning")),
-                                                           allreduce_options(init.config)),
+                             TuningTable::load(init.options.tuning),
+                                                           init.options.allreduce),
                          init);
 }
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "comm/comm.h"
-#include "core/config.h"
 #include "core/optim.h"
 #include "core/param_store.h"
+#include "sync/sync_options.h"
 
 namespace psar {
 
@@ -119,7 +119,7 @@ struct CheckpointPlan {
 // parameters everywhere).
 struct SyncInit {
   Comm& world;
-  const Config& config;
+  SyncOptions options;  // the run's sync.* and ps.* keys, read once (sync_options)
   ParamStore& params;
   OptimizerOptions optimizer;
   // The group whose gradients are averaged, when it is not the world (with
@@ -153,7 +153,7 @@ struct SyncEntry {
   SyncSetup (*make)(SyncInit&);
   const char* summary;
   // World ranks the backend takes as dedicated servers (they do not train).
-  int (*server_ranks)(const Config& config);
+  int (*server_ranks)(const SyncOptions& options);
   // Whether it can sync one slice of a model cut by tensor or pipeline
   // parallelism over that slice's data-parallel group.
   bool model_parallel;
@@ -168,10 +168,11 @@ struct SyncCapabilities {
   int server_ranks = 0;
   bool model_parallel = true;
 };
-// A ConfigError for ps.backup_workers or ps.on_worker_failure: continue on a
-// backend that cannot drop workers (every allreduce: a collective has no
-// "first N to arrive", and a dead rank stalls every rank's result).
-SyncCapabilities sync_capabilities(const std::string& name, const Config& config);
+// Those of options.backend. A ConfigError for ps.backup_workers or
+// ps.on_worker_failure: continue on a backend that cannot drop workers
+// (every allreduce: a collective has no "first N to arrive", and a dead rank
+// stalls every rank's result), and for sync.zero's refusals.
+SyncCapabilities sync_capabilities(const SyncOptions& options);
 
 // Backends other than the allreduce algorithms (which are all available by
 // their own names through the allreduce registry).

@@ -97,30 +97,6 @@ ps::PsCounters PsSync::server_counters() const {
   return rank_.server_thread ? rank_.server_thread->server().counters() : ps::PsCounters{};
 }
 
-ps::PsOptions ps_options(const Config& config, const OptimizerOptions& optimizer) {
-  ps::PsOptions o;
-  o.servers = static_cast<int>(config.get_int("ps.servers"));
-  o.colocated = config.get_bool("ps.colocated");
-  o.consistency = ps::parse_consistency(config.get_string("ps.consistency"));
-  o.staleness = static_cast<int>(config.get_int("ps.staleness"));
-  o.backup_workers = static_cast<int>(config.get_int("ps.backup_workers"));
-  o.continue_on_failure = config.get_string("ps.on_worker_failure") == "continue";
-  if (o.staleness < 0)
-    throw ConfigError("ps.staleness: must be >= 0, got " + std::to_string(o.staleness));
-  o.interface = config.get_string("ps.interface");
-  o.align_shards = config.get_bool("ps.align_shards");
-  o.chunk_bytes = config.get_bytes("ps.chunk_bytes");
-  o.shard_chunks = config.get_int("ps.shard_chunks");
-  ps::chunk_floats_for(o.chunk_bytes, 0, o.shard_chunks);  // a ConfigError now rather than at launch
-  o.timeout_s = config.get_duration("ps.timeout");
-  if (!(o.timeout_s > 0))
-    throw ConfigError("ps.timeout: must be positive, got " + std::to_string(o.timeout_s) + " s");
-  o.security = ps::parse_security(config.get_string("ps.security"));
-  if (o.security == ps::Security::kCurve) ps::require_curve();
-  o.optimizer = optimizer;
-  return o;
-}
-
 SyncSetup make_ps_sync(SyncInit& init) { return make_ps_sync(init, nullptr); }
 
 namespace {
@@ -227,14 +203,15 @@ SyncSetup ps_setup(SyncInit& init, const ps::PsOptions& options, int64_t size,
 void check_sparse_plan(const SyncInit& init, const std::string& key) {
   if (init.sparse.floats <= 0)
     throw ConfigError(key + " needs a model with embedding tables (model.type dlrm); model.type " +
-                      init.config.get_string("model.type") + " has none");
+                      init.options.model_type + " has none");
 }
 }  // namespace
 
 SyncSetup make_ps_sync(SyncInit& init, std::shared_ptr<ps::PsCounters> served) {
-  ps::PsOptions options = ps_options(init.config, init.optimizer);
+  ps::PsOptions options = init.options.ps;
+  options.optimizer = init.optimizer;
   plan_shard_checkpoints(options, init.checkpoints);
-  if (init.config.get_bool("ps.sparse")) {
+  if (init.options.ps_sparse) {
     check_sparse_plan(init, "ps.sparse");
     options.rows = {init.sparse.floats, init.sparse.row_floats};
   }
@@ -263,7 +240,7 @@ CommCounters HybridSync::counters() const {
 
 SyncSetup make_hybrid_sync(SyncInit& init) {
   check_sparse_plan(init, "sync.backend hybrid");
-  const std::string algorithm = init.config.get_string("sync.algorithm");
+  const std::string& algorithm = init.options.algorithm;
   const auto algos = allreducer_names(/*include_device=*/false);
   if (std::find(algos.begin(), algos.end(), algorithm) == algos.end()) {
     std::string known;
@@ -271,7 +248,8 @@ SyncSetup make_hybrid_sync(SyncInit& init) {
     throw ConfigError("sync.algorithm: '" + algorithm + "' is not a host allreduce (known: " +
                       known + ")");
   }
-  ps::PsOptions options = ps_options(init.config, init.optimizer);
+  ps::PsOptions options = init.options.ps;
+  options.optimizer = init.optimizer;
   if (init.checkpoints.every > 0 || init.checkpoints.resume_step >= 0)
     throw ConfigError(
         "train.checkpoint_every / --resume: sync.backend hybrid does not checkpoint yet");
@@ -281,7 +259,7 @@ SyncSetup make_hybrid_sync(SyncInit& init) {
   auto tables = std::unique_ptr<PsSync>(static_cast<PsSync*>(setup.sync.release()));
   const int64_t dense = init.params.size() - init.sparse.floats;
   auto allreduce = std::make_unique<AllreduceSync>(
-      *setup.workers, make_allreducer(algorithm, allreduce_options(init.config)), init.optimizer,
+      *setup.workers, make_allreducer(algorithm, init.options.allreduce), init.optimizer,
       dense);
   setup.sync = std::make_unique<HybridSync>(std::move(tables), std::move(allreduce),
                                             init.sparse.floats);

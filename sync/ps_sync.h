@@ -1,9 +1,8 @@
 #pragma once
 // The parameter-server GradientSync (`--sync ps`): each worker pushes its
 // gradient to the server shards and pulls the updated parameters; the
-// optimizer runs on the servers (ps/). Configured by the `ps` section:
-// ps.servers, ps.colocated, ps.consistency (bsp | ssp | asp), ps.staleness,
-// ps.interface, ps.align_shards, ps.chunk_bytes, ps.shard_chunks, ps.timeout.
+// optimizer runs on the servers (ps/). Configured by the `ps` section
+// (SyncOptions::ps, read by ps_options in sync/sync_options.h).
 
 #include <functional>
 #include <memory>
@@ -51,9 +50,6 @@ class PsSync final : public GradientSync {
   bool layerwise_ = false;
   std::vector<float> pushed_;  // layer-wise: the step's gradients as pushed
 };
-
-// The `ps` section of a configuration, with the trainer's optimizer.
-ps::PsOptions ps_options(const Config& config, const OptimizerOptions& optimizer);
 
 // Registry entry. On a dedicated server rank, SyncSetup::serve runs the shard
 // until every worker said goodbye; when `served` is given, the shard's final

@@ -11,11 +11,9 @@ namespace psar {
 
 namespace {
 // Dedicated server ranks: ps.servers unless they run as threads in the workers.
-int ps_server_ranks(const Config& c) {
-  return c.get_bool("ps.colocated") ? 0 : static_cast<int>(c.get_int("ps.servers"));
-}
+int ps_server_ranks(const SyncOptions& o) { return o.ps.colocated ? 0 : o.ps.servers; }
 
-int no_server_ranks(const Config&) { return 0; }
+int no_server_ranks(const SyncOptions&) { return 0; }
 
 // Backends beyond the allreduce algorithms; one line each.
 constexpr SyncEntry kBackends[] = {
@@ -51,21 +49,22 @@ std::vector<std::string> sync_names() {
   return names;
 }
 
-SyncCapabilities sync_capabilities(const std::string& name, const Config& config) {
+SyncCapabilities sync_capabilities(const SyncOptions& options) {
+  const std::string& name = options.backend;
   bool drops_workers = false;
   SyncCapabilities caps;
   for (const auto& e : entries())
     if (name == e.name) {
-      caps = {e.server_ranks(config), e.model_parallel};
+      caps = {e.server_ranks(options), e.model_parallel};
       drops_workers = e.drops_workers;
     }
-  zero_stage(config, name);  // sync.zero's refusals, before anything is built
-  if (config.get_string("ps.on_worker_failure") == "continue" && !drops_workers)
+  zero_stage(options, name);  // sync.zero's refusals, before anything is built
+  if (options.ps.continue_on_failure && !drops_workers)
     throw ConfigError("ps.on_worker_failure: continue needs sync.backend ps; " + name +
                       " is an allreduce, a collective in which every rank's result waits for "
                       "every rank, so it cannot go on without a dead one (use "
                       "train.checkpoint_every and psar train --resume)");
-  if (config.get_int("ps.backup_workers") != 0 && !drops_workers)
+  if (options.ps.backup_workers != 0 && !drops_workers)
     throw ConfigError("ps.backup_workers: sync.backend " + name +
                       " cannot spare backup workers: an allreduce is a collective in which "
                       "every rank's contribution is part of every result, so there are no "
@@ -79,7 +78,7 @@ SyncSetup make_gradient_sync(const std::string& name, SyncInit& init) {
     if (name == e.name) return e.make(init);
   const auto algos = allreducer_names(/*include_device=*/true);
   if (std::find(algos.begin(), algos.end(), name) != algos.end())
-    return zero_stage(init.config, name) > 0 ? make_zero_sync(name, init)
+    return zero_stage(init.options, name) > 0 ? make_zero_sync(name, init)
                                               : make_allreduce_sync(name, init);
   std::string known;
   for (const auto& n : sync_names()) known += (known.empty() ? "" : ", ") + n;

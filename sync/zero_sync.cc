@@ -51,8 +51,8 @@ void ZeroSync::step(std::span<float> params, std::span<float> grads) {
   whole_->all_gather(group_, params);
 }
 
-int zero_stage(const Config& config, const std::string& backend) {
-  const auto stage = config.get_int("sync.zero");
+int zero_stage(const SyncOptions& options, const std::string& backend) {
+  const int stage = options.zero;
   if (stage == 0) return 0;
   if (stage < 0 || stage > 3)
     throw ConfigError("sync.zero must be 0, 1, 2 or 3, got " + std::to_string(stage));
@@ -68,23 +68,23 @@ int zero_stage(const Config& config, const std::string& backend) {
     throw ConfigError("sync.zero: " + std::to_string(stage) + " needs a reduce-scatter and an "
                       "all-gather; sync.backend " + backend + " has none (choose ring, "
                       "halving_doubling or mpi)");
-  if (stage == 1 && config.get_bool("sync.overlap"))
+  if (stage == 1 && options.overlap.on)
     throw ConfigError("sync.zero: 1 reduce-scatters the whole gradient after the backward; "
                       "sync.overlap (reduce-scatter each layer as the backward makes it) is "
                       "stage 2: set sync.zero: 2 or sync.overlap: false");
-  if (stage >= 2 && config.get_string("sync.priority") != "fifo")
+  if (stage >= 2 && options.priority != "fifo")
     throw ConfigError("sync.zero: " + std::to_string(stage) + " reduce-scatters layer by layer "
-                      "in the order the model runs them; sync.priority " + config.get_string("sync.priority") +
+                      "in the order the model runs them; sync.priority " + options.priority +
                       " reorders buckets it has none of: set sync.priority: fifo");
-  if (config.get_string("train.device") != "cpu")
+  if (options.device != "cpu")
     throw ConfigError("sync.zero runs on the host arenas only so far: set train.device: cpu or "
                       "sync.zero: 0");
-  return static_cast<int>(stage);
+  return stage;
 }
 
 SyncSetup make_zero_sync(const std::string& algorithm, SyncInit& init) {
   Comm& group = init.data_parallel ? *init.data_parallel : init.world;
-  const int stage = zero_stage(init.config, algorithm);
+  const int stage = zero_stage(init.options, algorithm);
   try {
     check_shards(algorithm, group.size());
   } catch (const ConfigError& e) {
@@ -98,14 +98,14 @@ SyncSetup make_zero_sync(const std::string& algorithm, SyncInit& init) {
                       "backward; model.type "
                     : " shards the gradients, each layer's reduce-scattered as its backward "
                       "ends; model.type ") +
-        init.config.get_string("model.type") +
+        init.options.model_type +
         " cannot work per layer (its layers use the whole arenas without asking for them: "
         "Model::layer_ranges), so choose sync.zero 1");
   SyncSetup setup;
   setup.workers = &init.world;
-  setup.sync = std::make_unique<ZeroSync>(group, algorithm, allreduce_options(init.config),
+  setup.sync = std::make_unique<ZeroSync>(group, algorithm, init.options.allreduce,
                                           init.optimizer, stage, init.params, init,
-                                          init.config.get_bool("sync.overlap"));
+                                          init.options.overlap.on);
   return setup;
 }
 

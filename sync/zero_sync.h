@@ -92,7 +92,7 @@ class ZeroSync final : public GradientSync {
 
 // sync.zero, checked against the backend and the model (a ConfigError naming
 // the keys): 0 for none.
-int zero_stage(const Config& config, const std::string& backend);
+int zero_stage(const SyncOptions& options, const std::string& backend);
 
 SyncSetup make_zero_sync(const std::string& algorithm, SyncInit& init);
 

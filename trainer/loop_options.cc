@@ -6,6 +6,8 @@
 
 namespace psar {
 
+namespace {
+
 LoopOptions loop_options(const Config& c) {
   LoopOptions o;
   ParallelOptions& par = o.parallel;
@@ -24,12 +26,22 @@ LoopOptions loop_options(const Config& c) {
   par.tp_split = c.get_string("parallel.tp_split");
 
   o.model_type = c.get_string("model.type");
-  o.sync_backend = c.get_string("sync.backend");
-  const auto floats = [&](const char* key) {
-    return std::max<int64_t>(1, c.get_bytes(key) / static_cast<int64_t>(sizeof(float)));
-  };
-  o.overlap = {c.get_bool("sync.overlap"), floats("sync.bucket_bytes"),
-               c.get_string("sync.priority") == "front_first", floats("sync.priority_chunk_bytes")};
+  StepOptions& st = o.steps;
+  st.has_steps = c.has("train.steps");
+  st.has_epochs = c.has("train.epochs");
+  if (st.has_steps == st.has_epochs)
+    throw ConfigError("set exactly one of train.steps and train.epochs");
+  if (st.has_steps) st.steps = c.get_int("train.steps");
+  if (st.has_epochs) st.epochs = c.get_float("train.epochs");
+  st.batch_size = c.get_int("train.batch_size");
+  if (st.batch_size <= 0) throw ConfigError("train.batch_size must be positive");
+  st.log_every = std::max<int64_t>(1, c.get_int("train.log_every"));
+  st.eval_every = c.get_int("train.eval_every");
+  const bool nccl = c.get_string("sync.backend") == "nccl" ||
+                    (par.t > 1 && par.tp_allreduce == "nccl");
+  o.records = {c.get_string("experiment.name"), c.get_string("train.device"),
+               nccl ? c.get_string("sync.nccl_algo") : "",
+               nccl ? c.get_string("sync.nccl_proto") : ""};
 
   o.device = parse_device(c.get_string("train.device"), "train.device");
   o.seed = static_cast<uint64_t>(c.get_int("train.seed"));
@@ -44,10 +56,33 @@ LoopOptions loop_options(const Config& c) {
   o.exit_after = c.get_duration("train.exit_after");
   if (o.exit_at_step < 0 || o.exit_after < 0)
     throw ConfigError("train.exit_at_step and train.exit_after must be >= 0 (0 = off)");
-  o.sync_timeout = c.get_duration("sync.timeout");
+  return o;
+}
 
-  o.survives_worker_failure = c.get_string("ps.on_worker_failure") == "continue";
-  o.ps_timeout = c.get_duration("ps.timeout");
+OptimizerOptions optimizer_options(const Config& c) {
+  OptimizerOptions o;
+  o.type = c.get_string("optimizer.type");
+  o.lr = static_cast<float>(c.get_float("optimizer.lr"));
+  o.momentum = static_cast<float>(c.get_float("optimizer.momentum"));
+  o.weight_decay = static_cast<float>(c.get_float("optimizer.weight_decay"));
+  o.beta1 = static_cast<float>(c.get_float("optimizer.beta1"));
+  o.beta2 = static_cast<float>(c.get_float("optimizer.beta2"));
+  o.eps = static_cast<float>(c.get_float("optimizer.eps"));
+  o.schedule = c.get_string("optimizer.schedule");
+  o.warmup_steps = c.get_int("optimizer.warmup_steps");
+  return o;
+}
+
+}  // namespace
+
+RunOptions run_options(const Config& config, int rank, int world_size) {
+  RunOptions o;
+  o.loop = loop_options(config);
+  o.sync = sync_options(config);
+  o.workload = workload_options(config);
+  o.optimizer = optimizer_options(config);
+  o.hetero = HeteroPlan::from_config(config, world_size);
+  o.network = net_model_of_rank(config, rank, world_size);
   return o;
 }
 

@@ -12,20 +12,6 @@
 
 namespace psar {
 
-OptimizerOptions optimizer_options(const Config& c) {
-  OptimizerOptions o;
-  o.type = c.get_string("optimizer.type");
-  o.lr = static_cast<float>(c.get_float("optimizer.lr"));
-  o.momentum = static_cast<float>(c.get_float("optimizer.momentum"));
-  o.weight_decay = static_cast<float>(c.get_float("optimizer.weight_decay"));
-  o.beta1 = static_cast<float>(c.get_float("optimizer.beta1"));
-  o.beta2 = static_cast<float>(c.get_float("optimizer.beta2"));
-  o.eps = static_cast<float>(c.get_float("optimizer.eps"));
-  o.schedule = c.get_string("optimizer.schedule");
-  o.warmup_steps = c.get_int("optimizer.warmup_steps");
-  return o;
-}
-
 std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
@@ -44,22 +30,18 @@ bool StepPlan::eval_after(int64_t step) const {
          step == total_steps;
 }
 
-StepPlan plan_steps(const Config& config, int64_t train_samples) {
-  const bool has_steps = config.has("train.steps"), has_epochs = config.has("train.epochs");
-  if (has_steps == has_epochs) throw ConfigError("set exactly one of train.steps and train.epochs");
+StepPlan plan_steps(const StepOptions& o, int64_t train_samples) {
   StepPlan p;
-  p.batch_size = config.get_int("train.batch_size");
-  if (p.batch_size <= 0) throw ConfigError("train.batch_size must be positive");
+  p.batch_size = o.batch_size;
   if (p.batch_size > train_samples)
     throw ConfigError("train.batch_size " + std::to_string(p.batch_size) + " exceeds the " +
                       std::to_string(train_samples) + " training samples");
   p.steps_per_epoch = train_samples / p.batch_size;
-  p.total_steps = has_steps ? config.get_int("train.steps")
-                            : static_cast<int64_t>(std::ceil(config.get_float("train.epochs") *
-                                                             p.steps_per_epoch));
+  p.total_steps = o.has_steps ? o.steps
+                              : static_cast<int64_t>(std::ceil(o.epochs * p.steps_per_epoch));
   if (p.total_steps <= 0) throw ConfigError("train.steps/epochs must give at least one step");
-  p.log_every = std::max<int64_t>(1, config.get_int("train.log_every"));
-  p.eval_every = config.get_int("train.eval_every");
+  p.log_every = o.log_every;
+  p.eval_every = o.eval_every;
   return p;
 }
 
@@ -179,29 +161,19 @@ const std::vector<std::string> kSummaryHeader = {
     "test_accuracy", "wall_s",     "samples_per_s", "device", "nccl_algo", "nccl_proto",
     "network",    "status"};
 
-// train.device, and the NCCL settings where NCCL runs (the sync backend or the
-// TP all-reduces; empty otherwise).
-std::vector<std::string> device_columns(const Config& config) {
-  const bool nccl = config.get_string("sync.backend") == "nccl" ||
-                    (config.get_int("parallel.tp") > 1 &&
-                     config.get_string("parallel.tp_allreduce") == "nccl");
-  return {config.get_string("train.device"), nccl ? config.get_string("sync.nccl_algo") : "",
-          nccl ? config.get_string("sync.nccl_proto") : ""};
-}
-
 }  // namespace
 
-void write_run_end(Comm& workers, Comm& world, const Config& config, const RunEnd& end,
-                   const TrainResult& result, const Tracer& tracer) {
+void write_run_end(Comm& workers, Comm& world, const RunEnd& end, const TrainResult& result,
+                   const Tracer& tracer) {
   const bool write = workers.rank() == 0 && !end.out_dir.empty();
   if (write) {
-    const auto device = device_columns(config);
+    const RecordOptions& r = end.records;
     CsvWriter summary(kSummaryHeader);
-    summary.row({config.get_string("experiment.name"), end.sync, CsvWriter::num(world.size()),
+    summary.row({r.experiment, end.sync, CsvWriter::num(world.size()),
                  CsvWriter::num(result.steps), CsvWriter::num(result.epochs),
                  CsvWriter::num(result.final_loss), CsvWriter::num(result.test_accuracy),
                  CsvWriter::num(result.wall_s), CsvWriter::num(result.samples_per_s),
-                 device[0], device[1], device[2], end.network, result.status});
+                 r.device, r.nccl_algo, r.nccl_proto, end.network, result.status});
     summary.write(end.out_dir + "/summary.csv");
   }
   if (tracer.enabled()) {
@@ -216,14 +188,14 @@ void write_run_end(Comm& workers, Comm& world, const Config& config, const RunEn
   }
 }
 
-void write_error_summary(const Config& config, const RunEnd& end, int world_size,
-                         int64_t steps_done, const std::string& what) {
+void write_error_summary(const RunEnd& end, int world_size, int64_t steps_done,
+                         const std::string& what) {
   if (end.out_dir.empty()) return;
   try {
-    const auto device = device_columns(config);
+    const RecordOptions& r = end.records;
     CsvWriter summary(kSummaryHeader);
-    summary.row({config.get_string("experiment.name"), end.sync, CsvWriter::num(world_size),
-                 CsvWriter::num(steps_done), "", "", "", "", "", device[0], device[1], device[2],
+    summary.row({r.experiment, end.sync, CsvWriter::num(world_size), CsvWriter::num(steps_done),
+                 "", "", "", "", "", r.device, r.nccl_algo, r.nccl_proto,
                  end.network, "error: " + what});
     summary.write(end.out_dir + "/summary.csv");
   } catch (const std::exception&) {

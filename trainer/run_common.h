@@ -1,6 +1,6 @@
 #pragma once
-// What the training loop (trainer.cc) uses beside the model: the optimizer
-// options and the step plan read from the config, the epoch shuffle (the same
+// What the training loop (trainer.cc) uses beside the model: the step plan
+// read from the config, the epoch shuffle (the same
 // on every rank, which is what makes a parallel run equal the serial one), the
 // progress line, and the run files of docs/outputs.md written at the start
 // and the end (config.yaml, summary.csv, trace.json; the per-step files
@@ -17,13 +17,12 @@
 #include "core/csv.h"
 #include "core/optim.h"
 #include "core/trace.h"
+#include "trainer/loop_options.h"
 #include "trainer/trainer.h"
 #include "workloads/dataset.h"
 #include "workloads/model.h"
 
 namespace psar {
-
-OptimizerOptions optimizer_options(const Config& config);
 
 // The same permutation of [0, n) on every rank for a given (seed, epoch).
 std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch);
@@ -37,9 +36,8 @@ struct StepPlan {
   // Evaluate after step `step` (1-based)?
   bool eval_after(int64_t step) const;
 };
-// ConfigError for no or both of train.steps/epochs, a non-positive batch or
-// one larger than the training set, or zero steps.
-StepPlan plan_steps(const Config& config, int64_t train_samples);
+// ConfigError for a batch larger than the training set, or zero steps.
+StepPlan plan_steps(const StepOptions& options, int64_t train_samples);
 
 // One row of steps.csv.
 struct StepRow {
@@ -82,15 +80,16 @@ struct RunEnd {
   std::string out_dir;  // "" = write nothing (the gathers still happen)
   std::string sync;     // the backend's name
   std::string network;  // NetModel::describe()
+  RecordOptions records;
 };
 // summary.csv (status: result.status) and trace.json. Collective over `workers`
 // (the trace is gathered); rank 0 writes.
-void write_run_end(Comm& workers, Comm& world, const Config& config, const RunEnd& end,
-                   const TrainResult& result, const Tracer& tracer);
+void write_run_end(Comm& workers, Comm& world, const RunEnd& end, const TrainResult& result,
+                   const Tracer& tracer);
 // summary.csv of a run that stopped on an error this rank caught cleanly:
 // status "error: <what>", the steps completed, the other results empty.
 // Local to the calling rank (worker rank 0); never throws.
-void write_error_summary(const Config& config, const RunEnd& end, int world_size,
-                         int64_t steps_done, const std::string& what);
+void write_error_summary(const RunEnd& end, int world_size, int64_t steps_done,
+                         const std::string& what);
 
 }  // namespace psar

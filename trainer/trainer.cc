@@ -171,7 +171,8 @@ int64_t dp_floats_formula(const Model& model, const ParamStore& store, int t) {
 // CUDA device so far (docs/gpu.md): the MLP, the GPT and the CNN, one pipeline stage,
 // tensor parallelism with the column_row split, no checkpoints, an allreduce
 // backend. A ConfigError names the key.
-Device training_device(const LoopOptions& o, const SyncCapabilities& backend) {
+Device training_device(const LoopOptions& o, const std::string& sync_backend,
+                       const SyncCapabilities& backend) {
   if (o.device == Device::kCpu) return o.device;
   require_device(o.device, "train.device");
   const auto refuse = [](const std::string& what) {
@@ -187,7 +188,7 @@ Device training_device(const LoopOptions& o, const SyncCapabilities& backend) {
   if (o.exit_at_step > 0 || o.exit_after > 0)
     refuse("train.exit_at_step / train.exit_after (they end with a checkpoint)");
   if (!backend.model_parallel)
-    refuse("sync.backend " + o.sync_backend + " (choose an allreduce backend or nccl)");
+    refuse("sync.backend " + sync_backend + " (choose an allreduce backend or nccl)");
   return o.device;
 }
 
@@ -236,17 +237,16 @@ class TrainingRun {
  private:
   // ---- data, steps, the grid: everything checked before any work ------------
   void plan() {
-    // Every key the loop reads, once (trainer/loop_options.h).
-    o_ = loop_options(config_);
-    world_.set_timeout(o_.sync_timeout);
-    network_ = apply_network_model(world_, config_);
-    hetero_ = HeteroPlan::from_config(config_, world_.size());
-    data_ = load_dataset(config_);
-    sync_name_ = o_.sync_backend;
-    plan_ = plan_steps(config_, data_.train->size());
-    const int layers = model_layers(config_, *data_.train);
-    backend_ = sync_capabilities(sync_name_, config_);
-    device_ = training_device(o_, backend_);
+    // Every key the run reads, once (trainer/loop_options.h).
+    run_ = run_options(config_, world_.rank(), world_.size());
+    world_.set_timeout(sync_options_.timeout);
+    apply_network_model(world_, run_.network);
+    data_ = load_dataset(run_.workload);
+    sync_name_ = sync_options_.backend;
+    plan_ = plan_steps(o_.steps, data_.train->size());
+    const int layers = model_layers(run_.workload, *data_.train);
+    backend_ = sync_capabilities(sync_options_);
+    device_ = training_device(o_, sync_name_, backend_);
     if (device_ == Device::kCuda) use_cuda_device(local_cuda_device());
     const ParallelOptions& par = o_.parallel;
     schedule_ = pp::make_schedule(par.schedule, {par.p, par.m, par.v, layers});
@@ -293,11 +293,11 @@ class TrainingRun {
             "parallel.hybrid all-reduces the conv gradients over the workers with "
             "an allreduce algorithm; sync.backend " +
             sync_name_ + " is not one (choose ring, tree, mpi, ...)");
-      if (o_.overlap.on)
+      if (sync_options_.overlap.on)
         throw ConfigError(
             "sync.overlap: parallel.hybrid syncs the conv gradients after the "
             "backward only; set sync.overlap: false");
-      hybrid_dp_ = on_device(sync_name_, make_allreducer(sync_name_, allreduce_options(config_)));
+      hybrid_dp_ = on_device(sync_name_, make_allreducer(sync_name_, sync_options_.allreduce));
     }
     grid_t_ = par.hybrid ? trainers_ : par.t;
     shape_ = make_grid_shape(trainers_, grid_t_, par.p, par.order);
@@ -309,11 +309,16 @@ class TrainingRun {
     if (grid_t_ > 1) {
       const std::string& name = par.tp_allreduce;
       tp_allreduce_ = on_device(
-          name, make_allreducer(name, activation_allreduce_options(allreduce_options(config_))));
+          name, make_allreducer(name, activation_allreduce_options(sync_options_.allreduce)));
     }
     tp_ = std::make_unique<TpGroup>(grid_ && grid_t_ > 1 ? &grid_->tp() : nullptr,
                                     tp_allreduce_.get());
   }
+
+  // ps.on_worker_failure: continue — the workers' control plane goes on
+  // without a worker that died (sync_capabilities refuses it for any backend
+  // but the parameter server).
+  bool survives_worker_failure() const { return sync_options_.ps.continue_on_failure; }
 
   // On a CUDA device a host algorithm reduces a copy in pinned host memory.
   std::unique_ptr<Allreducer> on_device(const std::string& name,
@@ -325,7 +330,7 @@ class TrainingRun {
 
   // ---- this rank's part of the model ----------------------------------------
   void build_model() {
-    model_ = make_model(config_, *data_.train, {tp_.get(), layout_});
+    model_ = make_model(run_.workload, *data_.train, {tp_.get(), layout_});
     for (int c = 0; c < layout_.chunks; ++c) {
       const int before = static_cast<int>(store_.infos().size());
       model_->declare(store_, c);
@@ -350,8 +355,8 @@ class TrainingRun {
     job_.total_steps = plan_.total_steps;
     job_.psar_version = psar_version();
     first_step_ = find_resume_step(world_, config_, options_, job_, resize_);
-    if (hetero_.kill_rank >= 0 && hetero_.kill_step >= plan_.total_steps)
-      throw ConfigError("hetero.kill_step " + std::to_string(hetero_.kill_step) +
+    if (run_.hetero.kill_rank >= 0 && run_.hetero.kill_step >= plan_.total_steps)
+      throw ConfigError("hetero.kill_step " + std::to_string(run_.hetero.kill_step) +
                         " is past the run's " + std::to_string(plan_.total_steps) + " steps");
     // ps.on_worker_failure: continue — the workers' control plane (the step
     // log's gathers, the loss, the stop agreement, the end) goes on without a
@@ -361,9 +366,10 @@ class TrainingRun {
     // The workers' control plane gives up on a dead worker after sync.timeout,
     // while the survivors are silent to the servers, which drop a worker
     // silent past ps.timeout: the first must come first.
-    if (o_.survives_worker_failure && !(o_.sync_timeout < o_.ps_timeout))
+    const double sync_timeout = sync_options_.timeout, ps_timeout = sync_options_.ps.timeout_s;
+    if (survives_worker_failure() && !(sync_timeout < ps_timeout))
       throw ConfigError(concat("ps.on_worker_failure: continue needs sync.timeout (",
-                               o_.sync_timeout, " s) below ps.timeout (", o_.ps_timeout,
+                               sync_timeout, " s) below ps.timeout (", ps_timeout,
                                " s): the workers must give up "
                                "on a dead worker before the servers give up on the live ones "
                                "waiting for it"));
@@ -371,9 +377,9 @@ class TrainingRun {
     // ever (comm/mpi_comm.h): every process gives it longer than the last
     // waits of a live one (the servers' ps.timeout, the control plane's two
     // sync.timeout) and then exits with its code.
-    if (o_.survives_worker_failure)
-      MpiRuntime::finalize_within(o_.ps_timeout + 2 * o_.sync_timeout);
-    if (o_.survives_worker_failure && o_.checkpoint_every > 0)
+    if (survives_worker_failure())
+      MpiRuntime::finalize_within(ps_timeout + 2 * sync_timeout);
+    if (survives_worker_failure() && o_.checkpoint_every > 0)
       throw ConfigError(
           "train.checkpoint_every with ps.on_worker_failure: continue: a checkpoint "
           "needs every worker's file, and a dead worker writes none (set "
@@ -387,10 +393,10 @@ class TrainingRun {
   // ---- gradient synchronization over this rank's data-parallel group --------
   // False on a dedicated server rank, after it served.
   bool start_sync() {
-    OptimizerOptions optimizer = optimizer_options(config_);
+    OptimizerOptions optimizer = run_.optimizer;
     optimizer.total_steps = plan_.total_steps;
     init_ = std::make_unique<SyncInit>(SyncInit{
-        world_, config_, store_, optimizer, grid_ ? &grid_->dp() : nullptr,
+        world_, sync_options_, store_, optimizer, grid_ ? &grid_->dp() : nullptr,
         CheckpointPlan{options_.out_dir, o_.checkpoint_every, first_step_, options_.resume_from},
         sparse_rows(*model_), model_->layer_ranges()});
     for (const TiedParam& k : tied_) {
@@ -404,7 +410,7 @@ class TrainingRun {
       return false;
     }
     workers_ = setup_.workers;  // every rank that trains
-    workers_->tolerate_failures(o_.survives_worker_failure);
+    workers_->tolerate_failures(survives_worker_failure());
     sync_ = setup_.sync.get();
     // A backend whose servers keep the optimizer state (the parameter server)
     // saves it at train.checkpoint_every steps only: an early stop must fall on one.
@@ -427,7 +433,7 @@ class TrainingRun {
 
   // Overlap: buckets synced on a communication thread while the backward runs.
   void start_overlap() {
-    const OverlapConfig& o = o_.overlap;
+    const OverlapConfig& o = sync_options_.overlap;
     // (A backend that gathers the model's layers itself overlaps through its gate.)
     if (!o.on || sync_->param_gate()) return;
     if (!sync_->overlaps())
@@ -483,7 +489,7 @@ class TrainingRun {
                           : overlap_ && overlap_->layerwise() ? overlap_.get()
                                                               : nullptr});
     meter_ = std::make_unique<PipelineMeter>(schedule_, layout_.stage);
-    run_end_ = RunEnd{options_.out_dir, sync_->name(), network_.describe()};
+    run_end_ = RunEnd{options_.out_dir, sync_->name(), run_.network.describe(), o_.records};
     progress_.end = run_end_;
     progress_.lead = workers.rank() == 0;
     lead_ = workers.rank() == 0;
@@ -536,7 +542,7 @@ class TrainingRun {
   // One step: this replica's slice of the batch through the pipeline, the
   // finalize step, the step's rows. Returns this replica's loss.
   double train_step(int64_t step) {
-    if (hetero_.kills(world_.rank(), step)) kill_now(world_.rank(), step);
+    if (run_.hetero.kills(world_.rank(), step)) kill_now(world_.rank(), step);
     const Stopwatch step_clock;
     load_batch(step);
     store_.zero_grads();
@@ -548,7 +554,7 @@ class TrainingRun {
     if (overlap_) overlap_->begin_step();
     sync_->begin_step();
     const pp::StageRun run = executor_->run();
-    const double injected_s = inject_delay(hetero_, world_.rank(), step, run.compute_s, *tracer_);
+    const double injected_s = inject_delay(run_.hetero, world_.rank(), step, run.compute_s, *tracer_);
     const TpCounters tp1 = tp_->counters;
     const CommCounters tpc1 = tpc.counters(), pipe1 = pipeline.counters();
     Finalized fin;
@@ -693,7 +699,7 @@ class TrainingRun {
     if (logs) {
       // (Under continue, over the workers still alive.)
       const double holders =
-          o_.survives_worker_failure ? workers.allreduce_sum(holds_loss_ ? 1.0 : 0.0) : d_;
+          survives_worker_failure() ? workers.allreduce_sum(holds_loss_ ? 1.0 : 0.0) : d_;
       const double mean_loss = workers.allreduce_sum(holds_loss_ ? loss : 0.0) / holders;
       if (lead_ && options_.verbose)
         print_progress(plan_, step, mean_loss, result_.test_accuracy, train_time_,
@@ -713,9 +719,9 @@ class TrainingRun {
     // next step's wait(), or here.)
     if (overlap_ && (evaluates || checkpoints || last)) trace_comm(overlap_->wait_pulls());
     if (evaluates || checkpoints || last) sync_->gather_params();
-    if (evaluates && (!o_.survives_worker_failure || lead_)) {
+    if (evaluates && (!survives_worker_failure() || lead_)) {
       const EvalStats s =
-          evaluate(*model_, layout_, *data_.test, *grid_, workers, o_.survives_worker_failure);
+          evaluate(*model_, layout_, *data_.test, *grid_, workers, survives_worker_failure());
       result_.test_accuracy = s.count ? static_cast<double>(s.correct) / s.count : 0.0;
       result_.test_loss = s.count ? s.loss_sum / s.count : 0.0;
       log_->add_eval(step + 1, static_cast<double>(step + 1) / plan_.steps_per_epoch,
@@ -767,7 +773,7 @@ class TrainingRun {
                             static_cast<double>(steps_done_ - std::max<int64_t>(first_step_, 0)) /
                             workers.allreduce_max(train_time_);
     if (layout_.stages > 1) write_pipeline_meter();
-    write_run_end(workers, world_, config_, run_end_, result_, *tracer_);
+    write_run_end(workers, world_, run_end_, result_, *tracer_);
     return result_;
   }
 
@@ -794,10 +800,10 @@ class TrainingRun {
   const Stopwatch wall_;
   TrainResult result_;
   // plan()
-  NetModel network_;
-  HeteroPlan hetero_;
+  RunOptions run_;
+  const LoopOptions& o_ = run_.loop;
+  const SyncOptions& sync_options_ = run_.sync;
   DatasetPair data_;
-  LoopOptions o_;
   std::string sync_name_;
   StepPlan plan_;
   SyncCapabilities backend_;
@@ -863,7 +869,7 @@ TrainResult train(Comm& world, const Config& config, const TrainOptions& options
     // A clean error (a deadline, a peer that reported failure): the rows so
     // far are on disk; summary.csv says how the run ended.
     if (progress.lead)
-      write_error_summary(config, progress.end, world.size(), progress.steps_done, e.what());
+      write_error_summary(progress.end, world.size(), progress.steps_done, e.what());
     throw;
   }
 }

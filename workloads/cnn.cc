@@ -423,12 +423,12 @@ std::string Cnn::summary() const {
   return buf;
 }
 
-int cnn_layers(const Config&, const Dataset&) { return 1; }
+int cnn_layers(const WorkloadOptions&, const Dataset&) { return 1; }
 
-std::unique_ptr<Model> make_cnn(const Config& config, const Dataset& data,
+std::unique_ptr<Model> make_cnn(const WorkloadOptions& options, const Dataset& data,
                                 const ModelContext& context) {
   CnnOptions o;
-  const auto image = config.get_int_list("model.image");
+  const auto& image = options.image;
   if (image.size() != 3)
     throw ConfigError(concat("model.image: [channels, height, width], got ", image.size(),
                              " numbers"));
@@ -437,19 +437,19 @@ std::unique_ptr<Model> make_cnn(const Config& config, const Dataset& data,
     throw ConfigError(concat("model.image [", o.channels, ", ", o.height, ", ", o.width, "] holds ",
                              o.channels * o.height * o.width, " values; the data has ",
                              data.features(), " features per sample"));
-  o.conv = config.get_int_list("model.conv");
-  o.kernel = config.get_int("model.kernel");
-  o.stride = config.get_int("model.stride");
-  o.padding = config.get_int("model.padding");
-  o.pool = config.get_int("model.pool");
-  o.hidden = config.get_int_list("model.hidden");
+  o.conv = options.conv;
+  o.kernel = options.kernel;
+  o.stride = options.stride;
+  o.padding = options.padding;
+  o.pool = options.pool;
+  o.hidden = options.hidden;
   o.classes = data.classes();
-  o.hybrid = config.get_bool("parallel.hybrid");
-  o.fc_replicated = config.get_string("parallel.hybrid_fc") == "replicated";
+  o.hybrid = options.hybrid;
+  o.fc_replicated = options.fc_replicated;
   if (o.fc_replicated && !o.hybrid)
     throw ConfigError("parallel.hybrid_fc: replicated is a variant of parallel.hybrid; set "
                       "parallel.hybrid: true");
-  o.seed = static_cast<uint64_t>(config.get_int("train.seed"));
+  o.seed = options.seed;
   return std::make_unique<Cnn>(o, context);
 }
 

@@ -147,8 +147,8 @@ class Cnn final : public Model {
   double loss_ = 0;
 };
 
-std::unique_ptr<Model> make_cnn(const Config& config, const Dataset& data,
+std::unique_ptr<Model> make_cnn(const WorkloadOptions& options, const Dataset& data,
                                 const ModelContext& context);
-int cnn_layers(const Config& config, const Dataset& data);
+int cnn_layers(const WorkloadOptions& options, const Dataset& data);
 
 }  // namespace psar

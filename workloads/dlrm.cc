@@ -158,17 +158,19 @@ EvalStats Dlrm::eval_forward(int chunk, const Batch& batch, std::span<const floa
   return mlp_->eval_forward(chunk, eval_joined_, {}, {});
 }
 
-int dlrm_layers(const Config& config, const Dataset& data) { return mlp_layers(config, data); }
+int dlrm_layers(const WorkloadOptions& options, const Dataset& data) {
+  return mlp_layers(options, data);
+}
 
-std::unique_ptr<Model> make_dlrm(const Config& config, const Dataset& data,
+std::unique_ptr<Model> make_dlrm(const WorkloadOptions& options, const Dataset& data,
                                  const ModelContext& context) {
   DlrmOptions o;
-  o.tables = config.get_int_list("model.tables");
-  o.dim = config.get_int("model.embedding_dim");
+  o.tables = options.tables;
+  o.dim = options.embedding_dim;
   o.mlp.inputs = data.features();
   o.mlp.classes = data.classes();
-  o.mlp.hidden = config.get_int_list("model.hidden");
-  o.mlp.gelu = config.get_string("model.activation") == "gelu";
+  o.mlp.hidden = options.hidden;
+  o.mlp.gelu = options.gelu;
   const auto* sparse = dynamic_cast<const SparseDataset*>(&data);
   if (!sparse)
     throw ConfigError("model.type dlrm needs categorical ids: set data.dataset = zipf");

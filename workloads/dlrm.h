@@ -68,8 +68,8 @@ class Dlrm final : public Model {
   std::vector<std::vector<int64_t>> touched_;
 };
 
-std::unique_ptr<Model> make_dlrm(const Config& config, const Dataset& data,
+std::unique_ptr<Model> make_dlrm(const WorkloadOptions& options, const Dataset& data,
                                  const ModelContext& context);
-int dlrm_layers(const Config& config, const Dataset& data);
+int dlrm_layers(const WorkloadOptions& options, const Dataset& data);
 
 }  // namespace psar

@@ -661,38 +661,38 @@ EvalStats Gpt::eval_forward(int chunk, const Batch& batch, std::span<const float
   return stats;
 }
 
-GptOptions gpt_options(const Config& config, const Dataset& data) {
+GptOptions gpt_options(const WorkloadOptions& options, const Dataset& data) {
   if (data.features() != 0)
     throw ConfigError(
         "model.type gpt needs a token dataset (data.dataset text or "
         "synthetic_tokens), not " +
-        config.get_string("data.dataset"));
+        options.data.dataset);
   GptOptions o;
-  const int64_t vocab = config.get_int("model.vocab");
+  const int64_t vocab = options.vocab;
   if (vocab > 0 && vocab < data.classes())
     throw ConfigError("model.vocab = " + std::to_string(vocab) + " is smaller than the " +
                       std::to_string(data.classes()) + " distinct tokens of the data");
   o.vocab = vocab > 0 ? vocab : data.classes();
-  o.seq_len = config.get_int("model.seq_len");
-  o.layers = config.get_int("model.layers");
-  o.d_model = config.get_int("model.d_model");
-  o.heads = config.get_int("model.heads");
-  o.dropout = static_cast<float>(config.get_float("model.dropout"));
-  o.init_std = static_cast<float>(config.get_float("model.init_std"));
-  o.split = parse_mlp_split(config.get_string("parallel.tp_split"));
-  o.seed = static_cast<uint64_t>(config.get_int("train.seed"));
-  o.sequence_parallel = config.get_bool("parallel.sequence_parallel");
-  o.recompute = parse_recompute(config.get_string("train.recompute"));
+  o.seq_len = options.seq_len;
+  o.layers = options.layers;
+  o.d_model = options.d_model;
+  o.heads = options.heads;
+  o.dropout = options.dropout;
+  o.init_std = options.init_std;
+  o.split = options.split;
+  o.seed = options.seed;
+  o.sequence_parallel = options.sequence_parallel;
+  o.recompute = options.recompute;
   return o;
 }
 
-std::unique_ptr<Model> make_gpt(const Config& config, const Dataset& data,
+std::unique_ptr<Model> make_gpt(const WorkloadOptions& options, const Dataset& data,
                                 const ModelContext& context) {
-  return std::make_unique<Gpt>(gpt_options(config, data), context);
+  return std::make_unique<Gpt>(gpt_options(options, data), context);
 }
 
-int gpt_layers(const Config& config, const Dataset&) {
-  return static_cast<int>(config.get_int("model.layers"));
+int gpt_layers(const WorkloadOptions& options, const Dataset&) {
+  return static_cast<int>(options.layers);
 }
 
 }  // namespace psar

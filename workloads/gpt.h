@@ -203,10 +203,10 @@ ParallelMlpOptions gpt_mlp_options(const GptOptions& o, int l);
 
 // The GPT's options from model.* (and parallel.tp_split, train.seed); a
 // ConfigError for a dataset without tokens or a vocabulary too small for it.
-GptOptions gpt_options(const Config& config, const Dataset& data);
+GptOptions gpt_options(const WorkloadOptions& options, const Dataset& data);
 
-std::unique_ptr<Model> make_gpt(const Config& config, const Dataset& data,
+std::unique_ptr<Model> make_gpt(const WorkloadOptions& options, const Dataset& data,
                                 const ModelContext& context);
-int gpt_layers(const Config& config, const Dataset& data);
+int gpt_layers(const WorkloadOptions& options, const Dataset& data);
 
 }  // namespace psar

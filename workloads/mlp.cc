@@ -276,17 +276,17 @@ EvalStats Mlp::eval_forward(int chunk, const Batch& batch, std::span<const float
   return s;
 }
 
-int mlp_layers(const Config& config, const Dataset&) {
-  return static_cast<int>(config.get_int_list("model.hidden").size()) + 1;
+int mlp_layers(const WorkloadOptions& options, const Dataset&) {
+  return static_cast<int>(options.hidden.size()) + 1;
 }
 
-std::unique_ptr<Model> make_mlp(const Config& config, const Dataset& data,
+std::unique_ptr<Model> make_mlp(const WorkloadOptions& options, const Dataset& data,
                                 const ModelContext& context) {
   MlpOptions o;
   o.inputs = data.features();
   o.classes = data.classes();
-  o.hidden = config.get_int_list("model.hidden");
-  o.gelu = config.get_string("model.activation") == "gelu";
+  o.hidden = options.hidden;
+  o.gelu = options.gelu;
   return std::make_unique<Mlp>(o, context);
 }
 

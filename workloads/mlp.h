@@ -90,8 +90,8 @@ class Mlp final : public Model {
   double loss_ = 0;
 };
 
-std::unique_ptr<Model> make_mlp(const Config& config, const Dataset& data,
+std::unique_ptr<Model> make_mlp(const WorkloadOptions& options, const Dataset& data,
                                 const ModelContext& context);
-int mlp_layers(const Config& config, const Dataset& data);
+int mlp_layers(const WorkloadOptions& options, const Dataset& data);
 
 }  // namespace psar

@@ -37,7 +37,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/config.h"
+#include "workloads/workload_options.h"
 #include "core/param_store.h"
 #include "core/tensor.h"
 #include "modelpar/pp/stage_model.h"
@@ -164,16 +164,16 @@ class Model : public pp::StageModel {
 struct ModelEntry {
   const char* name;  // model.type
   // L, the layer count that parallel.pp · parallel.chunks cut.
-  int (*layers)(const Config& config, const Dataset& data);
-  std::unique_ptr<Model> (*make)(const Config& config, const Dataset& data,
+  int (*layers)(const WorkloadOptions& options, const Dataset& data);
+  std::unique_ptr<Model> (*make)(const WorkloadOptions& options, const Dataset& data,
                                  const ModelContext& context);
 };
 
 // Every model.type, as the registry lists them.
 std::vector<std::string> model_names();
 // ConfigError for an unknown model.type.
-int model_layers(const Config& config, const Dataset& data);
-std::unique_ptr<Model> make_model(const Config& config, const Dataset& data,
+int model_layers(const WorkloadOptions& options, const Dataset& data);
+std::unique_ptr<Model> make_model(const WorkloadOptions& options, const Dataset& data,
                                   const ModelContext& context);
 
 // Declares every chunk of `model` into `store`, finalizes it and binds.
@@ -186,7 +186,7 @@ void build_params(Model& model, ParamStore& store, int chunks, uint64_t seed);
 double forward_backward(Model& model, const Batch& batch);
 
 // Data for the configured `data.dataset`, truncated as configured.
-DatasetPair load_dataset(const Config& config);
+DatasetPair load_dataset(const WorkloadOptions& options);
 // Every data.dataset, as load_dataset knows them.
 std::vector<std::string> dataset_names();
 

@@ -25,8 +25,8 @@ constexpr ModelEntry kModels[] = {
     {"synthetic_stages", &synthetic_layers, &make_synthetic_stages},
 };
 
-const ModelEntry& find(const Config& config) {
-  const std::string type = config.get_string("model.type");
+const ModelEntry& find(const WorkloadOptions& options) {
+  const std::string& type = options.type;
   for (const auto& m : kModels)
     if (type == m.name) return m;
   std::string known;
@@ -62,13 +62,13 @@ std::vector<std::string> model_names() {
   return names;
 }
 
-int model_layers(const Config& config, const Dataset& data) {
-  return find(config).layers(config, data);
+int model_layers(const WorkloadOptions& options, const Dataset& data) {
+  return find(options).layers(options, data);
 }
 
-std::unique_ptr<Model> make_model(const Config& config, const Dataset& data,
+std::unique_ptr<Model> make_model(const WorkloadOptions& options, const Dataset& data,
                                   const ModelContext& context) {
-  return find(config).make(config, data, context);
+  return find(options).make(options, data, context);
 }
 
 void build_params(Model& model, ParamStore& store, int chunks, uint64_t seed) {
@@ -88,29 +88,23 @@ double forward_backward(Model& model, const Batch& batch) {
 namespace {
 constexpr struct {
   const char* name;  // data.dataset
-  DatasetPair (*load)(const Config& config);
+  DatasetPair (*load)(const WorkloadOptions& options);
 } kDatasets[] = {
-    {"fashion_mnist",
-     [](const Config& config) { return load_fashion_mnist(config.get_string("data.path")); }},
+    {"fashion_mnist", [](const WorkloadOptions& o) { return load_fashion_mnist(o.data.path); }},
     {"synthetic",
-     [](const Config& config) {
-       return make_synthetic(config.get_int("data.synthetic_samples"),
-                             config.get_int("data.synthetic_features"),
-                             config.get_int("data.synthetic_classes"),
-                             static_cast<uint64_t>(config.get_int("train.seed")));
+     [](const WorkloadOptions& o) {
+       return make_synthetic(o.data.synthetic_samples, o.data.synthetic_features,
+                             o.data.synthetic_classes, o.seed);
      }},
     {"text",
-     [](const Config& config) {
-       return load_text(resolve_text_path(config.get_string("data.path")),
-                        config.get_int("model.seq_len"));
+     [](const WorkloadOptions& o) {
+       return load_text(resolve_text_path(o.data.path), o.seq_len);
      }},
     {"synthetic_tokens",
-     [](const Config& config) {
+     [](const WorkloadOptions& o) {
        // The vocabulary: model.vocab, or 64 when it is 0 ("from the data").
-       const int64_t vocab = config.get_int("model.vocab");
-       return make_synthetic_tokens(config.get_int("data.synthetic_samples"),
-                                    config.get_int("model.seq_len"), vocab > 0 ? vocab : 64,
-                                    static_cast<uint64_t>(config.get_int("train.seed")));
+       return make_synthetic_tokens(o.data.synthetic_samples, o.seq_len,
+                                    o.vocab > 0 ? o.vocab : 64, o.seed);
      }},
     {"zipf", &load_zipf_data},
 };
@@ -122,16 +116,16 @@ std::vector<std::string> dataset_names() {
   return names;
 }
 
-DatasetPair load_dataset(const Config& config) {
-  const std::string kind = config.get_string("data.dataset");
+DatasetPair load_dataset(const WorkloadOptions& options) {
+  const std::string& kind = options.data.dataset;
   const auto* entry = std::find_if(std::begin(kDatasets), std::end(kDatasets),
                                    [&](const auto& d) { return kind == d.name; });
   if (entry == std::end(kDatasets))
     throw ConfigError("data.dataset: '" + kind + "' is not available for model.type " +
-                      config.get_string("model.type"));
-  DatasetPair d = entry->load(config);
-  d.train->truncate(config.get_int("data.train_limit"));
-  d.test->truncate(config.get_int("data.test_limit"));
+                      options.type);
+  DatasetPair d = entry->load(options);
+  d.train->truncate(options.data.train_limit);
+  d.test->truncate(options.data.test_limit);
   return d;
 }
 

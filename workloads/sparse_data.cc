@@ -130,11 +130,11 @@ DatasetPair make_zipf_data(int64_t samples, int64_t features, int64_t classes,
   return pair;
 }
 
-DatasetPair load_zipf_data(const Config& config) {
-  std::vector<int64_t> ranges = config.get_int_list("data.zipf_ids");
+DatasetPair load_zipf_data(const WorkloadOptions& options) {
+  std::vector<int64_t> ranges = options.data.zipf_ids;
   const char* key = "data.zipf_ids";
   if (ranges.empty()) {
-    ranges = config.get_int_list("model.tables");
+    ranges = options.tables;
     key = "model.tables";
   }
   if (ranges.empty()) throw ConfigError("data.dataset zipf: model.tables lists no table");
@@ -142,11 +142,9 @@ DatasetPair load_zipf_data(const Config& config) {
     if (ranges[t] < 1 || ranges[t] > INT32_MAX)
       throw ConfigError(std::string(key) + "[" + std::to_string(t) + "] = " +
                         std::to_string(ranges[t]) + ": ids per table must lie in [1, 2^31 − 1]");
-  return make_zipf_data(config.get_int("data.synthetic_samples"),
-                        config.get_int("data.synthetic_features"),
-                        config.get_int("data.synthetic_classes"), std::move(ranges),
-                        config.get_float("data.zipf_skew"),
-                        static_cast<uint64_t>(config.get_int("train.seed")));
+  return make_zipf_data(options.data.synthetic_samples, options.data.synthetic_features,
+                        options.data.synthetic_classes, std::move(ranges), options.data.zipf_skew,
+                        options.seed);
 }
 
 }  // namespace psar

@@ -21,7 +21,7 @@
 #include <span>
 #include <vector>
 
-#include "core/config.h"
+#include "workloads/workload_options.h"
 #include "workloads/dataset.h"
 
 namespace psar {
@@ -86,6 +86,6 @@ DatasetPair make_zipf_data(int64_t samples, int64_t features, int64_t classes,
 // From the config: data.synthetic_samples/_features/_classes, data.zipf_ids
 // (or model.tables), data.zipf_skew, train.seed. ConfigError naming the key
 // for ranges that are not positive or exceed 2^31 − 1.
-DatasetPair load_zipf_data(const Config& config);
+DatasetPair load_zipf_data(const WorkloadOptions& options);
 
 }  // namespace psar

@@ -162,18 +162,18 @@ void SyntheticStages::backward(int chunk, int i, pp::Activations& a, std::span<c
   wait_until(start, layers_of(chunk) * (o_.backward_s + o_.weight_grad_s));
 }
 
-int synthetic_layers(const Config& config, const Dataset&) {
-  return static_cast<int>(config.get_int("model.layers"));
+int synthetic_layers(const WorkloadOptions& options, const Dataset&) {
+  return static_cast<int>(options.layers);
 }
 
-std::unique_ptr<Model> make_synthetic_stages(const Config& config, const Dataset&,
+std::unique_ptr<Model> make_synthetic_stages(const WorkloadOptions& options, const Dataset&,
                                              const ModelContext& context) {
   SyntheticStagesOptions o;
-  o.layers = static_cast<int>(config.get_int("model.layers"));
-  o.forward_s = config.get_duration("model.forward_time");
-  o.backward_s = config.get_duration("model.backward_time");
-  o.weight_grad_s = config.get_duration("model.weight_grad_time");
-  o.activation_bytes = config.get_bytes("model.activation_bytes");
+  o.layers = static_cast<int>(options.layers);
+  o.forward_s = options.forward_s;
+  o.backward_s = options.backward_s;
+  o.weight_grad_s = options.weight_grad_s;
+  o.activation_bytes = options.activation_bytes;
   return std::make_unique<SyntheticStages>(o, context);
 }
 

@@ -69,8 +69,8 @@ class SyntheticStages final : public Model {
   ParamStore* store_ = nullptr;
 };
 
-std::unique_ptr<Model> make_synthetic_stages(const Config& config, const Dataset& data,
+std::unique_ptr<Model> make_synthetic_stages(const WorkloadOptions& options, const Dataset& data,
                                              const ModelContext& context);
-int synthetic_layers(const Config& config, const Dataset& data);
+int synthetic_layers(const WorkloadOptions& options, const Dataset& data);
 
 }  // namespace psar

@@ -6,6 +6,7 @@ in the order the keys are written. A key is a dotted config key (passed as
 `--set key=value`) or `ranks` (the world size, mpirun -np).
 """
 
+import argparse
 import itertools
 import os
 import re
@@ -483,6 +484,48 @@ def record_provenance(folder, state, high_priority=False):
     with open(path, "w") as f:
         f.write(text)
     return path
+
+
+class Launcher:
+    """The front and the tail every experiment script shares: one parser with
+    the flags every launcher takes (`part` when the script has several;
+    --psar, --out, --reference, --exploratory), the output folder
+    (runs/<folder>, or results/<folder> with --reference), and around a part
+    that runs psar begin() before it and record_provenance() after it. A
+    report part only reads the data already in the folder. The script adds
+    its own flags to `parser` and ends with main_guard(prog, launcher.main).
+
+    runs, reports: {part: fn(args)}; fn finds the folder in args.out, and a
+    run part the resolved binary in args.psar and begin()'s provenance in
+    args.state. folder: a name, or fn(args) giving one."""
+
+    def __init__(self, doc, folder, runs, reports=None, out_help=None):
+        self.folder, self.runs, self.reports = folder, runs, reports or {}
+        self.parser = argparse.ArgumentParser(description=doc.strip().split("\n\n")[0])
+        parts = [*runs, *self.reports]
+        if len(parts) > 1:
+            self.parser.add_argument("part", choices=parts)
+        self.parser.add_argument("--psar", default=None,
+                                 help="default: $PSAR_BIN, else build/trainer/psar")
+        self.parser.add_argument("--out", help=out_help or f"default: runs/{folder}, or "
+                                 f"results/{folder} with --reference")
+        add_output_flags(self.parser)
+
+    def main(self, argv=None):
+        args = self.parser.parse_args(argv)
+        if not hasattr(args, "part"):
+            args.part = next(iter(self.runs))
+        folder = self.folder(args) if callable(self.folder) else self.folder
+        args.out = args.out or os.path.join(output_root(args), folder)
+        os.makedirs(args.out, exist_ok=True)
+        if args.part in self.reports:
+            self.reports[args.part](args)
+            return args
+        args.psar = psar_binary(args.psar)
+        args.state = begin(args.out, args.exploratory, args.psar, reference=args.reference)
+        self.runs[args.part](args)
+        record_provenance(args.out, args.state, getattr(args, "high_priority", False))
+        return args
 
 
 def main_guard(prog, fn):

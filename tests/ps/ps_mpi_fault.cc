@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     ParamStore store;
     store.add("w", {kSize}, Init::normal(0.1f));
     store.finalize(1);
-    SyncInit init{world, cfg, store, OptimizerOptions{}};
+    SyncInit init{world, sync_options(cfg), store, OptimizerOptions{}};
     SyncSetup setup = make_ps_sync(init);
     if (setup.serve) {
       setup.serve();

@@ -58,7 +58,7 @@ TEST(PsUnderMpi, MatchesMpiAllreduceAfterFiftyStepsWithExactByteCounts) {
   store.finalize(5);
   const int64_t M = store.size();
   const OptimizerOptions opt = optimizer_of(cfg);
-  SyncInit init{world(), cfg, store, opt};
+  SyncInit init{world(), sync_options(cfg), store, opt};
   auto served = std::make_shared<ps::PsCounters>();
   SyncSetup setup = make_ps_sync(init, served);
   ps::PsCounters shard;  // this rank's shard, if it hosts one

@@ -154,7 +154,7 @@ std::string make_error(int t, const std::string& model) {
   std::string msg;
   run_group(t, "ring", [&](TpGroup& group, Comm& comm) {
     try {
-      make_model(cfg, *data.train, {&group, {}});
+      make_model(workload_options(cfg), *data.train, {&group, {}});
     } catch (const ConfigError& e) {
       if (comm.rank() == 0) msg = e.what();
     }
@@ -175,7 +175,7 @@ TEST(GptConfig, AClassifierDatasetIsAConfigError) {
   const Config cfg = Config::load_string("model: {type: gpt}\n", config_schema());
   const DatasetPair data = make_synthetic(16, 4, 3, 1);
   try {
-    make_model(cfg, *data.train, {});
+    make_model(workload_options(cfg), *data.train, {});
     FAIL() << "no error";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("needs a token dataset"), std::string::npos) << e.what();

@@ -72,14 +72,14 @@ class GradientSinkPromise : public ::testing::TestWithParam<SinkCase> {};
 
 TEST_P(GradientSinkPromise, NoParameterIsReadAfterItsGradientIsReportedFinal) {
   const Config& cfg = GetParam().config;
-  const DatasetPair data = load_dataset(cfg);
+  const DatasetPair data = load_dataset(workload_options(cfg));
   const int64_t rows = 4;
   Batch batch;
   const std::vector<int64_t> indices = {0, 1, 2, 3};
   data.train->gather(indices, batch);
-  const ModelContext context{nullptr, StageLayout::serial(model_layers(cfg, *data.train), rows)};
+  const ModelContext context{nullptr, StageLayout::serial(model_layers(workload_options(cfg), *data.train), rows)};
   auto gradients = [&](bool clobber, bool split) {
-    auto model = make_model(cfg, *data.train, context);
+    auto model = make_model(workload_options(cfg), *data.train, context);
     ParamStore store;
     build_params(*model, store, 1, 7);
     ClobberingSink sink(store);

@@ -83,8 +83,8 @@ Config dlrm_config(const std::string& sync, int steps = 10,
 
 TEST(Dlrm, GradientsAreZeroOutsideTheTouchedRowsAndMatchDifferences) {
   const Config cfg = dlrm_config("ring");
-  DatasetPair data = load_dataset(cfg);
-  auto model = make_model(cfg, *data.train, {});
+  DatasetPair data = load_dataset(workload_options(cfg));
+  auto model = make_model(workload_options(cfg), *data.train, {});
   ParamStore store;
   build_params(*model, store, 1, 2);
   Batch batch;

@@ -78,9 +78,13 @@ void copy(T* dst, Device dst_device, const T* src, Device src_device, int64_t n)
 
 const char* to_string(Device device) { return device == Device::kCuda ? "cuda" : "cpu"; }
 
+std::vector<std::string> device_names() {
+  return {to_string(Device::kCpu), to_string(Device::kCuda)};
+}
+
 Device parse_device(const std::string& value, const std::string& key) {
-  if (value == "cpu") return Device::kCpu;
-  if (value == "cuda") return Device::kCuda;
+  for (const Device d : {Device::kCpu, Device::kCuda})
+    if (value == to_string(d)) return d;
   throw ConfigError(key + ": unknown device '" + value + "' (expected cpu or cuda)");
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace psar {
 
@@ -20,6 +21,8 @@ enum class Device { kCpu, kCuda };
 const char* to_string(Device device);
 // Parses "cpu" or "cuda"; a ConfigError names `key` and the bad value.
 Device parse_device(const std::string& value, const std::string& key);
+// Every device by name (the schema's choices for train.device).
+std::vector<std::string> device_names();
 
 // True when this binary was built with CUDA (PSAR_HAVE_CUDA).
 bool cuda_built();

@@ -6,6 +6,7 @@
 // each block's input and recomputes the whole block.
 
 #include <string>
+#include <vector>
 
 namespace psar {
 
@@ -13,5 +14,7 @@ enum class Recompute { kNone, kSelective, kFull };
 // "none" | "selective" | "full"; ConfigError naming train.recompute otherwise.
 Recompute parse_recompute(const std::string& name);
 const char* recompute_name(Recompute r);
+// Every mode, in the enum's order (the schema's choices for train.recompute).
+std::vector<std::string> recompute_names();
 
 }  // namespace psar

@@ -25,9 +25,13 @@ std::string frame_text(const zmq::message_t& m) {
 
 }  // namespace
 
+std::vector<std::string> security_names() {
+  return {to_string(Security::kNone), to_string(Security::kCurve)};
+}
+
 Security parse_security(const std::string& name) {
-  if (name == "none") return Security::kNone;
-  if (name == "curve") return Security::kCurve;
+  for (const Security s : {Security::kNone, Security::kCurve})
+    if (name == to_string(s)) return s;
   throw ConfigError("ps.security: expected none or curve, got '" + name + "'");
 }
 

@@ -23,6 +23,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <zmq.hpp>
 
@@ -31,6 +32,8 @@ namespace psar::ps {
 enum class Security { kNone, kCurve };
 Security parse_security(const std::string& name);  // ConfigError unless none | curve
 const char* to_string(Security security);
+// Every mode by name (the schema's choices for ps.security).
+std::vector<std::string> security_names();
 
 // What CURVE adds to a frame on the wire: a MESSAGE command (8 bytes of
 // name, an 8-byte nonce, a flags byte) around the sealed box (16 bytes of

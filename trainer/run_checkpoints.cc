@@ -2,12 +2,14 @@
 #include "trainer/run_checkpoints.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "allreduce/partition.h"
 #include "core/errors.h"
 #include "core/optim.h"
 #include "trainer/agreement.h"
+#include "trainer/training_run.h"
 
 namespace psar {
 
@@ -142,6 +144,55 @@ void restore_resharded(const std::string& dir, int old_n, const std::function<in
     PSAR_CHECK(piece.size() == state[b].size(), "resharded optimizer state ", b, " holds ",
                piece.size(), " floats, the optimizer ", state[b].size());
     std::copy(piece.begin(), piece.end(), state[b].begin());
+  }
+}
+
+// TrainingRun's checkpoints (training_run.h): restoring the one the run
+// continues from, writing one.
+void TrainingRun::restore() {
+  const Stopwatch restore_clock;
+  Comm& workers = *workers_;
+  if (first_step_ >= 0) {
+    const std::string dir = checkpoint_dir(options_.resume_from, first_step_);
+    if (!resize_.resized) {
+      restore_rank(CheckpointFile::read(rank_checkpoint_path(dir, workers.rank())),
+                   workers.rank(), grid_->coord(), first_step_, store_, *sync_, *model_);
+    } else {  // onto another d: this rank's (stage, tensor rank) cell as the old grid held it
+      const GridShape& now = grid_->shape();
+      const GridShape old_shape = make_grid_shape(now.pp * now.tp * resize_.old_dp, now.tp,
+                                                  now.pp, o_.parallel.order);
+      const GridCoord& at = grid_->coord();
+      const auto old_rank = [&](int q) { return grid_rank(old_shape, {at.tp, q, at.pp}); };
+      if (resize_.reshard)  // a sharded optimizer state: each replica cuts its piece anew
+        restore_resharded(dir, resize_.old_dp, old_rank, grid_->dp().rank(),
+                          grid_->dp().size(), first_step_, store_, *sync_, *model_);
+      else  // replicated: every replica restores the cell's replica 0
+        restore_rank(CheckpointFile::read(rank_checkpoint_path(dir, old_rank(0))), old_rank(0),
+                     {at.tp, 0, at.pp}, first_step_, store_, *sync_, *model_);
+    }
+  }
+  restore_s_ = workers.allreduce_max(restore_clock.seconds());
+}
+
+// Writes this step's checkpoint: every worker its file, then (after a
+// barrier: every file, the shards' too, is in place) rank 0 the MANIFEST.
+void TrainingRun::write_checkpoint(int64_t done) {
+  Comm& workers = *workers_;
+  const Stopwatch clock;
+  const std::string dir = checkpoint_dir(options_.out_dir, done);
+  make_dirs(dir);
+  const CheckpointFile mine = rank_checkpoint(workers.rank(), grid_->coord(), done, plan_,
+                                              o_.seed, store_, *sync_, *model_);
+  const auto written = static_cast<double>(mine.write(rank_checkpoint_path(dir, workers.rank())));
+  // The sum doubles as the barrier: every worker's file is in place after it.
+  const double bytes = workers.allreduce_sum(written);
+  if (lead_) {
+    make_manifest(done, config_, job_).write(manifest_path(dir));
+    prune_checkpoints(options_.out_dir, 2);
+    if (options_.verbose)
+      std::printf("checkpoint step %ld: %d worker files, %.3f MB, in %.3f s -> %s\n",
+                  static_cast<long>(done), workers.size(), bytes / 1e6, clock.seconds(),
+                  dir.c_str());
   }
 }
 

@@ -2,9 +2,13 @@
 
 #include "allreduce/allreducer.h"
 #include "allreduce/element_type.h"
+#include "core/device.h"
 #include "core/optim.h"
+#include "core/recompute.h"
 #include "modelpar/grid.h"
 #include "modelpar/pp/generators.h"
+#include "modelpar/tp/parallel_mlp.h"
+#include "ps/curve.h"
 #include "ps/shard_state.h"
 #include "trainer/hetero.h"
 #include "sync/gradient_sync.h"
@@ -79,12 +83,12 @@ Schema build() {
   s.add({"train.steps", T::kInt, "", "optimizer steps (set steps or epochs)"});
   s.add({"train.epochs", T::kFloat, "", "passes over the training set (set steps or epochs)"});
   s.add({"train.batch_size", T::kInt, "64", "global batch, split evenly over data-parallel ranks"});
-  s.add({"train.recompute", T::kString, "none", "activation recomputation: selective recomputes the attention core, full each block from its input (psar simulate and plan: docs/simulate.md)", {"none", "selective", "full"}});
+  s.add({"train.recompute", T::kString, "none", "activation recomputation: selective recomputes the attention core, full each block from its input (psar simulate and plan: docs/simulate.md)", {}, &recompute_names});
   s.add({"train.seed", T::kInt, "1", "seed of initialization, shuffling and dropout"});
   s.add({"train.log_every", T::kInt, "50", "steps between progress lines"});
   s.add({"train.eval_every", T::kInt, "0", "steps between test evaluations (0 = once per epoch)"});
   s.add({"train.trace", T::kBool, "false", "write a Chrome/Perfetto trace.json"});
-  s.add({"train.device", T::kString, "cpu", "where parameters, gradients, optimizer state and activations live (cuda: docs/gpu.md)", {"cpu", "cuda"}});
+  s.add({"train.device", T::kString, "cpu", "where parameters, gradients, optimizer state and activations live (cuda: docs/gpu.md)", {}, &device_names});
   s.add({"train.checkpoint_every", T::kInt, "0",
          "steps between checkpoints in the run directory (0 = none; psar train --resume continues "
          "from the latest)"});
@@ -127,7 +131,7 @@ Schema build() {
   s.add({"parallel.tp_allreduce", T::kString, "ring", "allreduce algorithm of tensor-parallel all-reduces", {}, &all_allreducers});
   s.add({"parallel.hybrid", T::kBool, "false", "cnn: Krizhevsky's hybrid: the n workers run the convolutions data-parallel on their slices of the batch and the fully connected layers tensor-parallel on the all-gathered features (parallel.tp = 1, parallel.pp = 1)"});
   s.add({"parallel.hybrid_fc", T::kString, "tensor", "parallel.hybrid: the fully connected layers tensor-parallel (column, row, ...) or replicated on every rank", {"tensor", "replicated"}});
-  s.add({"parallel.tp_split", T::kString, "column_row", "parallel MLP split", {"column_row", "row_column"}});
+  s.add({"parallel.tp_split", T::kString, "column_row", "parallel MLP split", {}, &mlp_split_names});
 
   // ps
   s.add({"ps.servers", T::kInt, "1", "server shards S"});
@@ -142,7 +146,7 @@ Schema build() {
   s.add({"ps.shard_chunks", T::kInt, "0", "chunks per shard: 0 = auto: one worker about sqrt(shard bytes / 64 KiB), more workers 1 (docs/theory.md); K >= 1: a shard smaller than K chunks of ps.chunk_bytes streams in K smaller ones (none below 64 KiB or above ps.chunk_bytes; 1 = whole ps.chunk_bytes chunks)"});
   s.add({"ps.sparse", T::kBool, "false", "push and pull only the embedding-table rows a batch touches (model.type dlrm; docs/sparse.md)"});
   s.add({"ps.timeout", T::kDuration, "60s", "deadline of every parameter-server wait"});
-  s.add({"ps.security", T::kString, "none", "none: plain TCP; curve: ZeroMQ CURVE, encrypted and authenticated with key pairs made per job, a client without them is refused and counted (docs/ps.md)", {"none", "curve"}});
+  s.add({"ps.security", T::kString, "none", "none: plain TCP; curve: ZeroMQ CURVE, encrypted and authenticated with key pairs made per job, a client without them is refused and counted (docs/ps.md)", {}, &ps::security_names});
 
   // net: the emulated cluster network (off unless bandwidth is set)
   s.add({"net.bandwidth", T::kBandwidth, "", "per-rank NIC bandwidth, e.g. 10Gbit (unset = no emulation)"});

@@ -1,5 +1,7 @@
 #include "modelpar/tp/parallel_mlp.h"
 
+#include <utility>
+
 #include "core/errors.h"
 #include "core/ops.h"
 #include "modelpar/tp/column_parallel_linear.h"
@@ -7,10 +9,24 @@
 
 namespace psar {
 
+namespace {
+constexpr std::pair<const char*, MlpSplit> kSplits[] = {{"column_row", MlpSplit::kColumnRow},
+                                                        {"row_column", MlpSplit::kRowColumn}};
+}  // namespace
+
+std::vector<std::string> mlp_split_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, split] : kSplits) names.emplace_back(name);
+  return names;
+}
+
 MlpSplit parse_mlp_split(const std::string& name) {
-  if (name == "column_row") return MlpSplit::kColumnRow;
-  if (name == "row_column") return MlpSplit::kRowColumn;
-  throw ConfigError("parallel.tp_split: '" + name + "' is not a split (column_row, row_column)");
+  std::string known;
+  for (const auto& [n, split] : kSplits) {
+    if (name == n) return split;
+    known += (known.empty() ? "" : ", ") + std::string(n);
+  }
+  throw ConfigError("parallel.tp_split: '" + name + "' is not a split (" + known + ")");
 }
 
 ParallelMLP::ParallelMLP(TpGroup& tp, ParallelMlpOptions options)

@@ -38,6 +38,8 @@ namespace psar {
 enum class MlpSplit { kColumnRow, kRowColumn };
 // "column_row" | "row_column"; ConfigError otherwise.
 MlpSplit parse_mlp_split(const std::string& name);
+// Every split by name (the schema's choices for parallel.tp_split).
+std::vector<std::string> mlp_split_names();
 
 struct ParallelMlpOptions {
   std::string name;                 // parameters <name>.fc.*, <name>.proj.*

@@ -75,6 +75,21 @@ void ParamStore::release_arenas() {
   std::fill(grad_at_.begin(), grad_at_.end(), nullptr);
 }
 
+void ParamStore::release_grads() {
+  PSAR_CHECK(finalized_ && !released_ && device() == Device::kCpu,
+             "release_grads: a finalized host store with its parameter arena");
+  grads_ = Tensor();
+  grads_released_ = true;
+  std::fill(grad_at_.begin(), grad_at_.end(), nullptr);
+}
+
+void ParamStore::map_grads(int64_t begin, int64_t end, float* grads) {
+  PSAR_CHECK(grads_released_, "ParamStore::map_grads with the gradient arena allocated");
+  const auto [first, last] = whole_params(begin, end);
+  for (size_t i = first; i < last; ++i)
+    grad_at_[i] = grads ? grads + (infos_[i].offset - begin) : nullptr;
+}
+
 void ParamStore::map(int64_t begin, int64_t end, float* params, float* grads) {
   PSAR_CHECK(released_, "ParamStore::map with the arenas allocated");
   const auto [first, last] = whole_params(begin, end);
@@ -90,7 +105,7 @@ void ParamStore::restore_arenas(std::span<const float> values) {
   params_ = Tensor({total_});
   std::copy(values.begin(), values.end(), params_.data());
   grads_ = Tensor({total_});
-  released_ = false;
+  released_ = grads_released_ = false;
   map_arenas();
 }
 
@@ -114,15 +129,16 @@ Tensor ParamStore::grad(int index) {
   PSAR_CHECK(finalized_, "ParamStore::grad() before finalize()");
   const auto& info = infos_.at(index);
   float* at = grad_at_[static_cast<size_t>(index)];
-  PSAR_CHECK(at, "gradient of '", info.name, "' written while not gathered (sync.zero: 3)");
-  return Tensor::view(at, info.shape, released_ ? Device::kCpu : grads_.device());
+  PSAR_CHECK(at, "gradient of '", info.name, "' written while not gathered (sync.zero: 2 or 3)");
+  return Tensor::view(at, info.shape,
+                      released_ || grads_released_ ? Device::kCpu : grads_.device());
 }
 
 void ParamStore::zero_grads() { grads_.zero(); }
 
 void ParamStore::move_to(Device device) {
   if (device == params_.device()) return;
-  PSAR_CHECK(!released_, "ParamStore::move_to with the arenas released");
+  PSAR_CHECK(!released_ && !grads_released_, "ParamStore::move_to with the arenas released");
   params_ = params_.to(device);
   grads_ = grads_.to(device);
   map_arenas();

@@ -8,12 +8,14 @@
 // and a tensor-parallel shard cutting a slice out of the full tensor, gets the
 // same numbers.
 //
-// Sharded parameters (ZeRO stage 3, sync/zero3_gate.h): release_arenas()
+// Sharded parameters (ZeRO stage 3, sync/layer_gather.h): release_arenas()
 // frees both arenas, and every parameter is then unmapped until map()
 // points a range of whole parameters at buffers its caller owns (one
 // layer's gathered parameters and its gradient); param() or grad() of an
 // unmapped parameter is an error naming it. restore_arenas() brings the
-// arenas back whole.
+// arenas back whole. Sharded gradients (stage 2): release_grads() frees the
+// gradient arena only, and map_grads() points a layer's gradients at its
+// caller's buffer; the parameters stay in their arena.
 
 #include <cstdint>
 #include <functional>
@@ -74,6 +76,12 @@ class ParamStore {
   // Sharded parameters (above). Whether the arenas are allocated.
   bool has_arenas() const { return !released_; }
   void release_arenas();
+  // Sharded gradients (above): the gradient arena freed, every gradient unmapped.
+  void release_grads();
+  bool has_grad_arena() const { return !released_ && !grads_released_; }
+  // Arena floats [begin, end), whole parameters, accumulate their gradients
+  // into `grads` (end − begin floats; null unmaps). After release_grads().
+  void map_grads(int64_t begin, int64_t end, float* grads);
   // Arena floats [begin, end), whole parameters, read from `params` and
   // accumulate into `grads` (each `end − begin` floats); null unmaps.
   void map(int64_t begin, int64_t end, float* params, float* grads);
@@ -100,6 +108,7 @@ class ParamStore {
   int64_t total_ = 0;
   bool finalized_ = false;
   bool released_ = false;
+  bool grads_released_ = false;
   // Where each parameter and its gradient live now (null: unmapped).
   std::vector<float*> param_at_, grad_at_;
 };

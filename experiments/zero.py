@@ -3,22 +3,24 @@
 ring backend on the GPT of experiments/zero.yaml.
 
     experiments/zero.py memory [--psar PATH] [--reference|--exploratory]
-    experiments/zero.py step   [--psar PATH] [--steps N] [--reps R] [--reference|--exploratory]
-    experiments/zero.py step3  [--psar PATH] [--steps N] [--reps R] [--reference|--exploratory]
+    experiments/zero.py step   [--psar PATH] [--steps N] [--reps R] [--net NET] [--reference|--exploratory]
+    experiments/zero.py step3  [--psar PATH] [--steps N] [--reps R] [--net NET] [--reference|--exploratory]
     experiments/zero.py report
 
 Every run goes through `flock /tmp/psar-measure.lock`. Writes into
 results/zero/ (--reference) or runs/zero/:
 
   memory: one step at N = 1..8 ranks for each stage (batch 840, every N a
-    whole slice; stage 3 without prefetch), the training state's bytes per
-    rank from axes.csv (params_bytes, grads_bytes, optimizer_bytes, and
-    stage 3's gathered_bytes):
+    whole slice; stages 2 and 3 without overlap), the training state's bytes
+    per rank from axes.csv (params_bytes, grads_bytes, optimizer_bytes, and
+    the layers' buffers of stages 2 and 3, gathered_bytes):
       memory.csv   stage,N,rank,psi,params_bytes,grads_bytes,optimizer_bytes,
                    gathered_bytes
   step: N = 4 and 8 at an emulated 1 and 10 Gbit/s (net.bandwidth, 20 us
-    latency): ZeRO-0, stage 1, ZeRO-0 with overlap, stage 2 with overlap,
-    the variants taking turns within each repetition:
+    latency): ZeRO-0, stages 1 and 2, ZeRO-0 and stage 2 with overlap, the
+    variants taking turns within each repetition (--net 1gbit|10gbit: that
+    network only, its rows replacing that network's in the CSV, so that a
+    sweep can run in parts):
       steps.csv    net,N,variant,rep,step_s,dp_bytes_max[,compute_s] (step_s,
                    compute_s: the median over steps after the first two of
                    the slowest rank's)
@@ -32,10 +34,9 @@ results/zero/ (--reference) or runs/zero/:
 The forms beside the measured bytes (Ψ parameters, fp32 Adam, N ranks,
 P_r = Partition{Ψ, N}.size(r), the largest ⌈Ψ/N⌉): ZeRO-0 16Ψ; stage 1
 4Ψ + 4Ψ + 8·P_r (the ZeRO paper's 8Ψ + 8Ψ/N up to the rounding); stage 2
-the paper's 4Ψ + 12Ψ/N, which psar does not reach (its gradient arena stays
-whole, docs/zero.md) — so the table shows it beside the measured bytes;
-stage 3 4·P_r + 8·P_r (no gradient shard) plus the gathered layers
-(gathered_form), beside the paper's 16Ψ/N.
+4Ψ + 4·P_r + 8·P_r (the paper's 4Ψ + 12Ψ/N) beside the layers' gradient
+buffers (grad_buffers_form); stage 3 4·P_r + 8·P_r (no gradient shard)
+beside the gathered layers (gathered_form), the paper's 16Ψ/N.
 """
 
 import os
@@ -52,13 +53,15 @@ STEP_RANKS = [4, 8]
 VARIANTS = {
     "zero0": ["sync.zero=0"],
     "zero1": ["sync.zero=1"],
+    "zero2": ["sync.zero=2"],
     "zero0_overlap": ["sync.zero=0", "sync.overlap=true"],
     "zero2_overlap": ["sync.zero=2", "sync.overlap=true"],
     "zero3": ["sync.zero=3"],
     "zero3_prefetch": ["sync.zero=3", "sync.overlap=true"],
 }
 # Each step part: its variants and its CSV.
-STEP_PARTS = {"step": (["zero0", "zero1", "zero0_overlap", "zero2_overlap"], "steps.csv"),
+STEP_PARTS = {"step": (["zero0", "zero1", "zero2", "zero0_overlap", "zero2_overlap"],
+                       "steps.csv"),
               "step3": (["zero0", "zero3", "zero3_prefetch"], "steps3.csv")}
 BANDWIDTH = {"1gbit": 1e9 / 8, "10gbit": 10e9 / 8}  # bytes/s
 LATENCY_S = 20e-6
@@ -76,8 +79,6 @@ def memory(args):
         for n in range(1, 9):
             run_dir = os.path.join(args.out, "runs", f"memory_s{stage}_n{n}")
             sets = [f"sync.zero={stage}", "train.steps=1", "train.batch_size=840"]
-            if stage == 2:
-                sets.append("sync.overlap=true")
             train(args.psar, n, run_dir, sets)
             for r in read_csv(os.path.join(run_dir, "axes.csv")):
                 rows.append({"stage": stage, "N": n, "rank": r["rank"], "psi": r["dp_floats"],
@@ -90,9 +91,14 @@ def memory(args):
 
 def step(args):
     variants, csv_name = STEP_PARTS[args.part]
-    rows = []
+    path = os.path.join(args.out, csv_name)
+    # Another network's rows from an earlier part of the sweep stay.
+    rows = [r for r in read_csv(path) if args.net and r["net"] != args.net] \
+        if os.path.exists(path) else []
     before = runner.machine_state()
     for net, bw in NETS:
+        if args.net and net != args.net:
+            continue
         for n in STEP_RANKS:
             for rep in range(args.reps):
                 names = list(variants)
@@ -116,8 +122,14 @@ def step(args):
                                  "dp_bytes_max": sent,
                                  "compute_s": f"{statistics.median(compute.values()):.6f}"})
                     write_csv(os.path.join(args.out, csv_name), rows)
-    write_text(os.path.join(args.out, f"machine_{args.part}.md"),
-               runner.machine_note(before) + "\n")
+    note = os.path.join(args.out, f"machine_{args.part}.md")
+    kept = ""
+    if args.net and os.path.exists(note):
+        with open(note) as f:
+            # The other networks' notes (a whole sweep's note has no prefix: gone).
+            kept = "".join(l for l in f if any(l.startswith(f"{n}: ") for n, _ in NETS
+                                               if n != args.net))
+    write_text(note, kept + (f"{args.net}: " if args.net else "") + runner.machine_note(before) + "\n")
     if args.part == "step3":
         write_csv(os.path.join(args.out, "prediction.csv"), prediction(args.psar))
 
@@ -144,35 +156,66 @@ def prediction(psar):
     """Stage 3's collectives per step at the emulated α and β: each layer
     all-gathered for the forward and the backward and reduce-scattered once,
     the embeddings twice more (the tied head); a ring reduce-scatter or
-    all-gather is half the ring allreduce of `psar cost` (allreduce/sharded.h).
-    first_s: the first layer's gather, which nothing hides."""
+    all-gather is half the ring allreduce of `psar cost` (allreduce/sharded.h),
+    a chain of N − 1 hops. first_s: the first layer's gather, which nothing
+    hides. hops: the ring hops of all of them, one after another on each rank
+    (20·(N − 1) for the zero.yaml GPT); allreduce_s: ZeRO-0's one ring
+    allreduce of Ψ (2(N − 1) hops), from which step_table takes the host's
+    own time per hop."""
     layers = layer_floats()
     rows = []
     for net, _ in NETS:
         for n in STEP_RANKS:
-            table = costs.query([n], sorted({4 * x for x in layers}), algos=["ring"],
-                                alpha=LATENCY_S, beta=1 / BANDWIDTH[net], psar=psar)
+            table = costs.query([n], sorted({4 * x for x in layers} | {4 * sum(layers)}),
+                                algos=["ring"], alpha=LATENCY_S, beta=1 / BANDWIDTH[net],
+                                psar=psar)
             half = {x: table.time("ring", n, 4 * x, LATENCY_S, 1 / BANDWIDTH[net]) / 2
                     for x in layers}
             comm = sum(3 * half[x] for x in layers) + 2 * half[layers[0]]
+            whole = table.time("ring", n, 4 * sum(layers), LATENCY_S, 1 / BANDWIDTH[net])
             rows.append({"net": net, "N": n, "comm_s": f"{comm:.6f}",
-                         "first_s": f"{half[layers[0]]:.6f}"})
+                         "first_s": f"{half[layers[0]]:.6f}",
+                         "hops": (3 * len(layers) + 2) * (n - 1),
+                         "allreduce_s": f"{whole:.6f}"})
     return rows
+
+
+def stage3_prediction(variant, n, pred, zero0_step, zero0_compute):
+    """Stage 3's step by the α-β model (pred: a prediction() row): ZeRO-0's
+    measured compute c0 plus the collectives — all exposed without
+    prefetch; with it all but the first gather hidden under the compute as
+    far as it reaches: first + max(c0, comm − first). Each hop costs the
+    emulated α and its bytes' β plus o, the host's own time per hop (the
+    processes' wake-ups and copies), taken from ZeRO-0 of the same runs:
+    its sync time (step − compute) less its α-β allreduce, over its
+    2(N − 1) hops. Returns (pure α-β, with o)."""
+    c0 = zero0_compute
+    comm, first = float(pred["comm_s"]), float(pred["first_s"])
+    out = []
+    for o in (0.0, max(0.0, (zero0_step - c0 - float(pred.get("allreduce_s") or 0))
+                       / (2 * (n - 1))) if pred.get("hops") else 0.0):
+        cm = comm + int(pred.get("hops") or 0) * o
+        fi = first + (n - 1) * o
+        out.append(c0 + cm if variant == "zero3" else fi + max(c0, cm - fi))
+    return out
 
 
 def piece(psi, n, r):
     return psi // n + (1 if r < psi % n else 0)
 
 
-def state_bytes(stage, psi, n, r, gathered):
+def state_bytes(stage, psi, n, r, layers):
     """psar's exact bytes for rank r (docs/zero.md): params, grads, optimizer,
-    gathered (stage 3: gathered_form's bytes)."""
+    gathered (the layers' buffers of one step without overlap: stage 2
+    grad_buffers_form, stage 3 gathered_form, of layers = layer_floats())."""
     own = piece(psi, n, r)
     if stage == 0:
         return 4 * psi, 4 * psi, 8 * psi, 0
-    if stage in (1, 2):
+    if stage == 1:
         return 4 * psi, 4 * psi, 8 * own, 0
-    return 4 * own, 0, 8 * own, gathered
+    if stage == 2:
+        return 4 * psi, 4 * own, 8 * own, grad_buffers_form(layers)
+    return 4 * own, 0, 8 * own, gathered_form(layers)
 
 
 def paper_bytes(stage, psi, n):
@@ -180,6 +223,16 @@ def paper_bytes(stage, psi, n):
 
 
 FIELDS = ("params_bytes", "grads_bytes", "optimizer_bytes", "gathered_bytes")
+STATE = FIELDS[:3]  # what the ZeRO paper's forms count
+
+
+def grad_buffers_form(layers):
+    """Stage 2's gradient buffers at their largest in one step without
+    overlap (each layer's reduce-scattered and freed as its backward ends):
+    a layer's backward holds its gradient and, from the head's backward to
+    the embeddings', the tied embedding's (the head adds into it)."""
+    emb, rest = layers[0], layers[1:]
+    return 4 * (emb + max(rest))
 
 
 def gathered_form(layers):
@@ -198,9 +251,10 @@ def gathered_form(layers):
     return 4 * max(phases)
 
 
-def memory_table(rows, gathered):
-    """Per stage and N: the largest rank's bytes measured beside the forms.
-    gathered: stage 3's gathered bytes (gathered_form)."""
+def memory_table(rows, layers):
+    """Per stage and N: the largest rank's bytes measured beside the forms
+    (the paper's count parameters, gradients and optimizer state; the
+    layers' buffers beside them). layers: layer_floats()."""
     out = []
     for stage in STAGES:
         for n in range(1, 9):
@@ -208,20 +262,21 @@ def memory_table(rows, gathered):
             if not at:
                 continue
             psi = int(at[0]["psi"])
-            total = lambda r: sum(int(r.get(k) or 0) for k in FIELDS)
+            total = lambda r: sum(int(r.get(k) or 0) for k in STATE)
             worst = max(at, key=total)
             measured = total(worst)
             # Exact, per rank: what the buffers must hold.
             exact = all(tuple(int(r.get(k) or 0) for k in FIELDS) ==
-                        state_bytes(stage, psi, n, int(r["rank"]), gathered) for r in at)
+                        state_bytes(stage, psi, n, int(r["rank"]), layers) for r in at)
             paper = paper_bytes(stage, psi, n)
             out.append([str(stage), str(n), f"{psi}",
-                        *(f"{int(worst.get(k) or 0) / 1e6:.3f}" for k in FIELDS),
+                        *(f"{int(worst.get(k) or 0) / 1e6:.3f}" for k in STATE),
                         f"{measured / 1e6:.3f}", f"{paper / 1e6:.3f}", f"{measured / paper:.3f}",
+                        f"{int(worst.get('gathered_bytes') or 0) / 1e6:.3f}",
                         "yes" if exact else "**no**"])
-    return md_table(["stage", "N", "Ψ", "params MB", "grads MB", "optimizer MB", "gathered MB",
-                     "total MB", "ZeRO form MB", "measured ÷ form", "every rank = exact form"],
-                    out)
+    return md_table(["stage", "N", "Ψ", "params MB", "grads MB", "optimizer MB",
+                     "state MB", "ZeRO form MB", "state ÷ form", "layer buffers MB",
+                     "every rank = exact form"], out)
 
 
 def gpt_floats(layers, d, vocab, seq_len):
@@ -239,9 +294,8 @@ def budget_table(budget, n, d, vocab, seq_len):
             best = 0
             for blocks in range(1, 100000):
                 psi = gpt_floats(blocks, d, vocab, seq_len)
-                gathered = gathered_form([(vocab + seq_len) * d] + [12 * d * d + 13 * d] * blocks +
-                                         [2 * d])
-                need = (max(sum(state_bytes(stage, psi, n, r, gathered)) for r in range(n))
+                layers = [(vocab + seq_len) * d] + [12 * d * d + 13 * d] * blocks + [2 * d]
+                need = (max(sum(state_bytes(stage, psi, n, r, layers)) for r in range(n))
                         if form == "psar" else paper_bytes(stage, psi, n))
                 if need > budget:
                     break
@@ -271,25 +325,24 @@ def step_table(rows, predicted=()):
                    if r["net"] == net and int(r["N"]) == n and r["variant"] == variant)
         model = ""
         target = ""
+        host = ""
         if variant.startswith("zero3") and (net, n) in pred and (net, n, "zero0") in comp:
-            # α-β: ZeRO-0's compute, plus the collectives (without prefetch
-            # all exposed; with it all but the first gather hidden under
-            # the compute as far as it reaches).
-            c0 = statistics.median(comp[(net, n, "zero0")])
-            comm, first = float(pred[(net, n)]["comm_s"]), float(pred[(net, n)]["first_s"])
-            p = c0 + comm if variant == "zero3" else first + max(c0, comm - first)
+            p, ph = stage3_prediction(variant, n, pred[(net, n)], plain,
+                                      statistics.median(comp[(net, n, "zero0")]))
             model = f"{1e3 * p:.1f} ({m / p:.2f}×)"
+            host = f"{1e3 * ph:.1f} ({m / ph:.2f}×)" if "hops" in pred[(net, n)] else ""
             if variant == "zero3_prefetch":
-                ok = m / plain <= 1.5 and abs(m / p - 1) <= 0.15
+                ok = m / plain <= 1.5 and abs(m / (ph or p) - 1) <= 0.15
                 target = "met" if ok else "**missed**"
-        elif variant in ("zero1", "zero2_overlap"):
+        elif variant in ("zero1", "zero2", "zero2_overlap"):
             target = "met" if m / plain <= 1.05 else "**missed**"
         out.append([net, str(n), variant, f"{1e3 * m:.1f}", str(len(xs)),
                     f"{m / base:.3f}" if variant != base_name else "",
-                    f"{m / plain:.3f}", model, target, f"{sent / 1e6:.3f}"])
+                    f"{m / plain:.3f}", model, host, target, f"{sent / 1e6:.3f}"])
     return md_table(["net", "N", "variant", "step ms (median of reps)", "reps",
                      "÷ same-overlap ZeRO-0", "÷ ZeRO-0", "α-β prediction ms (measured ÷ it)",
-                     "target", "dp MB sent (max rank)"], out)
+                     "with the host's time per hop ms (measured ÷ it)", "target",
+                     "dp MB sent (max rank)"], out)
 
 
 def tables(folder):
@@ -299,15 +352,19 @@ def tables(folder):
     mem = os.path.join(folder, "memory.csv")
     if os.path.exists(mem):
         parts += ["\n## Training state per rank vs N (memory.csv)\n\n"
-                  "Bytes of the largest rank (parameters, gradients, Adam's m and v), "
-                  "measured from the buffers each rank allocated; the ZeRO paper's form for "
-                  "fp32 Adam beside them (stage 0: 16Ψ, stage 1: 8Ψ + 8Ψ/N, stage 2: "
-                  "4Ψ + 12Ψ/N, stage 3: 16Ψ/N plus the gather buffers). The last column "
-                  "checks every rank's buffers against psar's exact form (4Ψ, 4Ψ, 8Ψ or "
-                  "8·P_r with P_r = Partition{Ψ, N}.size(r); stage 3: 4·P_r, 0, 8·P_r and "
-                  "the gathered layers: a block's parameters and gradient with the tied "
-                  "embedding's gradient, 4·(2·n_block + E), one step without prefetch).\n\n",
-                  memory_table(read_csv(mem), gathered_form(layer_floats())),
+                  "Bytes of the largest rank (parameters, gradients, Adam's m and v: the "
+                  "state), measured from the buffers each rank allocated; the ZeRO paper's "
+                  "form for fp32 Adam beside them (stage 0: 16Ψ, stage 1: 8Ψ + 8Ψ/N, stage 2: "
+                  "4Ψ + 12Ψ/N, stage 3: 16Ψ/N), and apart the layers' buffers a step holds "
+                  "while they are in use (stage 2: the gradient buffers, a block's with the "
+                  "tied embedding's, 4·(E + n_block); stage 3: the gathered layers, a "
+                  "block's parameters and gradient with the embedding's gradient, "
+                  "4·(2·n_block + E); one step without overlap). The last column checks "
+                  "every rank's four fields against psar's exact form (P_r = "
+                  "Partition{Ψ, N}.size(r); stage 0: 4Ψ, 4Ψ, 8Ψ; stage 1: 4Ψ, 4Ψ, 8·P_r; "
+                  "stage 2: 4Ψ, 4·P_r, 8·P_r; stage 3: 4·P_r, 0, 8·P_r — each owned part "
+                  "stepped as its layer's sum arrives, so no gradient shard).\n\n",
+                  memory_table(read_csv(mem), layer_floats()),
                   "\n### The largest GPT per stage in a budget\n\n"
                   f"Blocks of the zero.yaml GPT (d_model {model['d_model']}) whose training "
                   f"state fits {BUDGET / 1e6:.0f} MB per rank at N = {BUDGET_RANKS}, from "
@@ -328,8 +385,12 @@ def tables(folder):
                   "As above, ZeRO-0 and stage 3 without and with prefetch taking turns. "
                   "Target: stage 3 with prefetch ≤ 1.5× ZeRO-0 and within 15 % of its α-β "
                   "prediction (ZeRO-0's measured compute, and the collectives of "
-                  "prediction.csv: all exposed without prefetch; with it all but the first "
-                  "gather hidden under the compute as far as it reaches).\n\n",
+                  "prediction.csv — 20 ring collectives per step, each a chain of N − 1 "
+                  "hops: all exposed without prefetch; with it all but the first "
+                  "gather hidden under the compute as far as it reaches). The model's "
+                  "second column adds the host's own time per hop, taken from ZeRO-0's "
+                  "sync time in the same runs (stage3_prediction); the target is judged "
+                  "on it.\n\n",
                   step_table(read_csv(st3), read_csv(pred) if os.path.exists(pred) else [])]
     return "".join(p if p.endswith("\n") else p + "\n" for p in parts)
 
@@ -348,6 +409,8 @@ def launcher():
                              reports={"report": report})
     launch.parser.add_argument("--steps", type=int, default=20)
     launch.parser.add_argument("--reps", type=int, default=3)
+    launch.parser.add_argument("--net", choices=[n for n, _ in NETS],
+                               help="step parts: this network only")
     return launch
 
 

@@ -24,11 +24,12 @@ class GradientSink;
 }  // namespace pp
 
 // Training state a backend holds outside the store's arenas, in bytes
-// (sharded parameters, ZeRO stage 3): its piece of the parameters, and the
-// layers' gathered parameter and gradient buffers at their largest during
-// the last step.
+// (ZeRO stages 2 and 3): its piece of the parameters (stage 3) or of the
+// summed gradients (stage 2), and the layers' gathered parameter and
+// gradient buffers at their largest during the last step.
 struct HeldBytes {
   int64_t params = 0;
+  int64_t grads = 0;
   int64_t gathered_peak = 0;
 };
 

@@ -51,6 +51,7 @@ LayerGather::LayerGather(Comm& group, ParamStore& store, std::vector<Range> laye
   }
   PSAR_CHECK(at == store.size(), "layer ranges cover ", at, " of the arena's ", store.size(),
              " floats");
+  if (!options_.params_sharded) grad_shard_.resize(static_cast<size_t>(own_.second - own_.first));
   if (options_.prefetch) {
     // The thread shares the cores with the compute: its waits sleep rather than spin.
     group_.set_poll_sleep(kPollSleep);
@@ -93,6 +94,10 @@ void LayerGather::begin_step() {
   if (error_) std::rethrow_exception(error_);
   peak_ = held_;
   stepped_ = 0;
+  if (!options_.params_sharded) {
+    if (store_.has_grad_arena()) store_.release_grads();
+    return;
+  }
   if (!store_.has_arenas()) return;
   const auto p = store_.params().subspan(static_cast<size_t>(own_.first),
                                          static_cast<size_t>(own_.second - own_.first));
@@ -156,14 +161,27 @@ void LayerGather::acquire(size_t l, bool backward, int direction) {
 }
 
 void LayerGather::need(int, int64_t begin, int64_t end) {
-  if (store_.has_arenas()) return;  // an evaluation over the whole parameters
+  // Stage 2's parameters are whole; stage 3's too during an evaluation.
+  if (store_.has_arenas()) return;
   const auto [first, last] = layers_in(begin, end);
   for (size_t l = first; l < last; ++l) acquire(l, false, +1);
 }
 
 void LayerGather::need_backward(int, int64_t begin, int64_t end) {
-  if (store_.has_arenas()) return;
   const auto [first, last] = layers_in(begin, end);
+  if (!options_.params_sharded) {  // a zeroed gradient buffer, kept over the micro-batches
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_) std::rethrow_exception(error_);
+    for (size_t l = first; l < last; ++l) {
+      Slot& s = slots_[l];
+      if (!s.grads.empty()) continue;
+      s.grads.resize(static_cast<size_t>(s.range.second - s.range.first));
+      account(static_cast<int64_t>(s.grads.size()));
+      store_.map_grads(s.range.first, s.range.second, s.grads.data());
+    }
+    return;
+  }
+  if (store_.has_arenas()) return;
   for (size_t l = first; l < last; ++l) acquire(l, true, -1);
 }
 
@@ -186,7 +204,7 @@ void LayerGather::done(int, int64_t begin, int64_t end) {
 }
 
 void LayerGather::ready(int, int64_t begin, int64_t end) {
-  if (store_.has_arenas()) return;
+  if (options_.params_sharded && store_.has_arenas()) return;
   const auto [first, last] = layers_in(begin, end);
   std::unique_lock<std::mutex> lock(mu_);
   for (size_t l = first; l < last; ++l) {
@@ -221,7 +239,10 @@ void LayerGather::reduce(Slot& s) {
   // store at it until it is freed below (no one reads it either).
   s.pair->reduce_scatter(group_, s.grads, s.split);
   const int64_t lo = std::max(own_.first, s.range.first), hi = std::min(own_.second, s.range.second);
-  if (hi > lo) {
+  if (hi > lo && !options_.params_sharded) {  // stage 2: kept for the step after the backward
+    std::copy(s.grads.begin() + (lo - s.range.first), s.grads.begin() + (hi - s.range.first),
+              grad_shard_.begin() + (lo - own_.first));
+  } else if (hi > lo) {
     float* g = s.grads.data() + (lo - s.range.first);
     const auto n = static_cast<size_t>(hi - lo);
     if (group_.size() > 1) ops::scale(g, 1.0f / static_cast<float>(group_.size()), hi - lo);
@@ -232,6 +253,8 @@ void LayerGather::reduce(Slot& s) {
   std::lock_guard<std::mutex> lock(mu_);
   stepped_ += std::max<int64_t>(0, hi - lo);
   account(-static_cast<int64_t>(s.grads.size()));
+  // (Each layer's own entries of the store's table: the main thread maps others meanwhile.)
+  if (!options_.params_sharded) store_.map_grads(s.range.first, s.range.second, nullptr);
   free_vector(s.grads);
   cv_.notify_all();
 }
@@ -281,6 +304,7 @@ int64_t LayerGather::finish_step() {
       lock.lock();
     }
     // Gathered for the tied copies (end_tied takes them back).
+    if (!options_.params_sharded) continue;
     if (s.state == State::kFree) {
       s.params.resize(static_cast<size_t>(s.range.second - s.range.first));
       account(static_cast<int64_t>(s.params.size()));

@@ -1,16 +1,17 @@
 #pragma once
-// LayerGather: ZeRO stage 3 (FSDP's FULL_SHARD) — the parameters themselves
-// sharded over the data-parallel group, each layer's gathered only while it
-// runs (docs/zero.md). It is the model's ParamGate and GradientSink
-// (modelpar/pp/stage_model.h); the model names its layers' arena ranges
-// (Model::layer_ranges) and asks for each around its use.
+// LayerGather: ZeRO stages 2 and 3 layer by layer (docs/zero.md). It is the
+// model's ParamGate and GradientSink (modelpar/pp/stage_model.h); the model
+// names its layers' arena ranges (Model::layer_ranges) and asks for each
+// around its use.
 //
-// Layout: the flat arena of Ψ floats cut by Partition{Ψ, N} as in stages 1
-// and 2 — rank r owns piece r, whatever the layers — so a layer's
-// collectives are split at the owners' boundaries inside it
-// (ProgramShape::split) and the optimizer state and checkpoints are the
-// stages 1–2 ones. Between steps a rank holds its piece of the parameters
-// and of the optimizer state only; the store's arenas are released
+// Layout: the flat arena of Ψ floats cut by Partition{Ψ, N} as in stage 1
+// — rank r owns piece r, whatever the layers — so a layer's collectives
+// are split at the owners' boundaries inside it (ProgramShape::split) and
+// the optimizer state and checkpoints are stage 1's.
+//
+// Stage 3 (FSDP's FULL_SHARD, `params_sharded`): the parameters themselves
+// sharded. Between steps a rank holds its piece of the parameters and of
+// the optimizer state only; the store's arenas are released
 // (ParamStore::release_arenas) and every parameter unmapped.
 //
 //   need(l)            forward: the layer's buffer allocated, its parameters
@@ -21,30 +22,39 @@
 //                      forward or the backward is through)
 //   ready(l)           the gradient final: reduce-scattered over the same
 //                      split, the owned part divided by N and stepped at
-//                      once (Optimizer::step_slice, as stage 2), the buffer
-//                      freed
+//                      once (Optimizer::step_slice), the buffer freed
+//
+// Stage 2 (gradients sharded): the parameters stay whole in the store's
+// arena and only its gradient arena is released (ParamStore::release_grads).
+// need_backward(l) maps a zeroed gradient buffer for layer l, ready(l)
+// reduce-scatters it, copies the owned part into this rank's gradient
+// shard (P_r floats, grad_shard()) and frees it; need and done do nothing.
+// The owner steps its piece from the shard after the backward (ZeroSync).
 //
 // With `prefetch` (sync.overlap) a communication thread runs the
 // collectives in the order the main thread queues them — the same on every
-// rank, since every rank's model asks in the same order — and need(l) also
+// rank, since every rank's model asks in the same order — so the
+// reduce-scatters overlap the rest of the backward; in stage 3 need(l) also
 // queues the gather of the layer read next (l + 1 in the forward, l − 1 in
-// the backward), so that it crosses the wire while l computes; the
-// reduce-scatters overlap the rest of the backward. A prefetched layer no
-// one asked for by the step's end is freed. Without it every collective
-// runs on the caller's thread at once.
+// the backward), so that it crosses the wire while l computes. A prefetched
+// layer no one asked for by the step's end is freed. Without it every
+// collective runs on the caller's thread at once.
 //
-// Traffic per step and rank (ring, pieces P_r, one micro-batch, each layer
-// gathered once for its forward and once for its backward): Ψ − P_{r+1}
-// twice for the all-gathers and Ψ − P_r for the reduce-scatter —
-// 3(N−1)/N·Ψ when N divides Ψ. Memory: 4·P_r of parameters, 8·P_r of Adam
-// state, no gradient shard (each owned part is stepped as its layer's sum
-// arrives), and the gathered buffers (peak_bytes()).
+// Traffic per step and rank (ring, pieces P_r, one micro-batch): stage 3
+// gathers each layer once for its forward and once for its backward,
+// Ψ − P_{r+1} each, and reduce-scatters it, Ψ − P_r: 3(N−1)/N·Ψ when N
+// divides Ψ; stage 2 the reduce-scatters only (its owner all-gathers the
+// parameters after the step). Memory: stage 3 4·P_r of parameters, 8·P_r
+// of Adam state, no gradient shard (each owned part is stepped as its
+// layer's sum arrives); stage 2 the whole parameters 4Ψ, the gradient shard
+// 4·P_r and 8·P_r of Adam state — ZeRO's 4Ψ + 12Ψ/N; both beside the
+// layers' buffers while they are held (peak_bytes()).
 //
 // Parameters tied across pipeline stages (the GPT's embedding and its
 // head's copy, Model::tied_params) sum their gradients over the pair after
 // the backward: their layers' (`deferred`) reduce-scatters wait for
-// finish_step(), which leaves them gathered for the trainer to copy the
-// tied values over, and end_tied() takes them back.
+// finish_step(), which (stage 3) leaves them gathered for the trainer to
+// copy the tied values over, and end_tied() takes them back.
 
 #include <condition_variable>
 #include <cstdint>
@@ -52,6 +62,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -69,6 +80,7 @@ struct LayerGatherOptions {
   std::string algorithm;         // a registry name with a reduce-scatter and an all-gather
   AllreduceOptions collectives;  // its options
   bool prefetch = false;         // sync.overlap: a communication thread, the next layer gathered ahead
+  bool params_sharded = true;    // stage 3; false: stage 2, the gradients only
 };
 
 class LayerGather final : public pp::ParamGate, public pp::GradientSink {
@@ -102,7 +114,11 @@ class LayerGather final : public pp::ParamGate, public pp::GradientSink {
   // group): for an evaluation, a checkpoint, the end of training.
   void gather_all();
 
+  // Stage 3: the bytes of this rank's piece of the parameters.
   int64_t shard_bytes() const { return 4 * static_cast<int64_t>(piece_.size()); }
+  // Stage 2: this rank's gradient shard, final after finish_step().
+  std::span<float> grad_shard() { return grad_shard_; }
+  int64_t grad_shard_bytes() const { return 4 * static_cast<int64_t>(grad_shard_.size()); }
   // The gathered buffers (parameters and gradients) at their largest during
   // the last step, in bytes.
   int64_t peak_bytes() const;
@@ -144,7 +160,8 @@ class LayerGather final : public pp::ParamGate, public pp::GradientSink {
   LayerGatherOptions options_;
   Partition shard_;
   Range own_;                 // this rank's piece of the arena
-  std::vector<float> piece_;  // its parameters between steps
+  std::vector<float> piece_;  // stage 3: its parameters between steps
+  std::vector<float> grad_shard_;  // stage 2: its summed gradients
   std::unique_ptr<ShardedCollectives> whole_;  // gather_all's
   std::vector<Slot> slots_;   // by arena order
 

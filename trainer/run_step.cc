@@ -167,7 +167,7 @@ double TrainingRun::train_step(int64_t step) {
   axis.dp_s = sync_s;
   const HeldBytes held = sync_->held_bytes();
   axis.params_bytes = static_cast<int64_t>(store_.params().size_bytes()) + held.params;
-  axis.grads_bytes = static_cast<int64_t>(store_.grads().size_bytes());
+  axis.grads_bytes = static_cast<int64_t>(store_.grads().size_bytes()) + held.grads;
   axis.optimizer_bytes = optimizer_state_bytes(*sync_);
   axis.gathered_bytes = held.gathered_peak;
   log_->add(

@@ -3,6 +3,9 @@ form (and says so when one does not), and the step table's ratios."""
 
 import zero
 
+# An embedding of 2, a block of 4, a final norm of 4: Ψ = 10.
+LAYERS = [2, 4, 4]
+
 
 def mem_rows(stage, n, psi, optimizer_of=None):
     out = []
@@ -21,18 +24,40 @@ def test_pieces_are_the_balanced_partition():
 
 
 def test_memory_table_marks_exact_rows_and_flags_a_rank_off_by_a_float():
-    table = zero.memory_table(mem_rows(1, 4, 10) + mem_rows(0, 2, 10), 24)
+    table = zero.memory_table(mem_rows(1, 4, 10) + mem_rows(0, 2, 10), LAYERS)
     assert "| 1 | 4 | 10 |" in table and "**no**" not in table
     # stage 1 at the largest rank: 8Ψ + 8·⌈Ψ/N⌉ = 104 bytes against the paper's 8Ψ + 8Ψ/N = 100
-    assert "| 1.040 | yes |" in table
+    assert "| 1.040 | 0.000 | yes |" in table
     bad = mem_rows(1, 4, 10, optimizer_of=lambda r: 8 * zero.piece(10, 4, r) + (4 if r == 3 else 0))
-    assert "**no**" in zero.memory_table(bad, 24)
+    assert "**no**" in zero.memory_table(bad, LAYERS)
+
+
+def stage2_rows(n, psi, grads_of=None):
+    return [{"stage": "2", "N": str(n), "rank": str(r), "psi": str(psi),
+             "params_bytes": str(4 * psi),
+             "grads_bytes": str(4 * zero.piece(psi, n, r) if grads_of is None else grads_of(r)),
+             "optimizer_bytes": str(8 * zero.piece(psi, n, r)),
+             "gathered_bytes": str(zero.grad_buffers_form(LAYERS))} for r in range(n)]
+
+
+def test_stage2_rows_are_the_papers_form_with_the_gradient_buffers_apart():
+    # Ψ = 10, N = 5: 4Ψ + 12Ψ/N = 64 bytes, every rank; the buffers 4·(2 + 4) = 24 apart
+    table = zero.memory_table(stage2_rows(5, 10), LAYERS)
+    assert "| 2 | 5 | 10 |" in table and "| 1.000 | 0.000 |" in table and "**no**" not in table
+    # a rank keeping the whole gradient arena is not stage 2
+    whole = stage2_rows(5, 10, grads_of=lambda r: 40 if r == 1 else 4 * zero.piece(10, 5, r))
+    assert "**no**" in zero.memory_table(whole, LAYERS)
+
+
+def test_grad_buffers_form_is_the_largest_layer_beside_the_embedding():
+    assert zero.grad_buffers_form([10, 30, 30, 2]) == 4 * 40
+    assert zero.grad_buffers_form([100, 30, 2]) == 4 * 130
 
 
 def test_step_table_compares_each_stage_with_its_zero0_peer():
     rows = []
-    for variant, s in [("zero0", 0.100), ("zero1", 0.104), ("zero0_overlap", 0.080),
-                       ("zero2_overlap", 0.110)]:
+    for variant, s in [("zero0", 0.100), ("zero1", 0.104), ("zero2", 0.106),
+                       ("zero0_overlap", 0.080), ("zero2_overlap", 0.110)]:
         rows.append({"net": "1gbit", "N": "4", "variant": variant, "rep": "0", "step_s": str(s),
                      "dp_bytes_max": "100"})
     table = zero.step_table(rows)
@@ -40,21 +65,23 @@ def test_step_table_compares_each_stage_with_its_zero0_peer():
     assert "1.040" in line["zero1"] and "met" in line["zero1"]
     assert "1.375" in line["zero2_overlap"] and "1.100" in line["zero2_overlap"]
     assert "**missed**" in line["zero2_overlap"]
+    assert "1.060" in line["zero2"] and "**missed**" in line["zero2"]
 
 
-def stage3_rows(n, psi, largest, gathered_of=None):
+def stage3_rows(n, psi, gathered_of=None):
     return [{"stage": "3", "N": str(n), "rank": str(r), "psi": str(psi),
              "params_bytes": str(4 * zero.piece(psi, n, r)), "grads_bytes": "0",
              "optimizer_bytes": str(8 * zero.piece(psi, n, r)),
-             "gathered_bytes": str(8 * largest if gathered_of is None else gathered_of(r))}
+             "gathered_bytes": str(zero.gathered_form(LAYERS) if gathered_of is None
+                                   else gathered_of(r))}
             for r in range(n)]
 
 
 def test_stage3_rows_are_the_pieces_and_the_largest_layer_gathered():
-    table = zero.memory_table(stage3_rows(4, 10, 3), 24)
+    table = zero.memory_table(stage3_rows(4, 10), LAYERS)
     assert "| 3 | 4 | 10 |" in table and "**no**" not in table
-    off = stage3_rows(4, 10, 3, gathered_of=lambda r: 24 + (8 if r == 2 else 0))
-    assert "**no**" in zero.memory_table(off, 24)
+    off = stage3_rows(4, 10, gathered_of=lambda r: zero.gathered_form(LAYERS) + (8 if r == 2 else 0))
+    assert "**no**" in zero.memory_table(off, LAYERS)
 
 
 def test_gathered_form_is_a_block_and_its_gradient_beside_the_embeddings_gradient():
@@ -86,3 +113,15 @@ def test_budget_table_gives_stage3_the_most_blocks():
     blocks = {int(l.split("|")[1]): int(l.split("|")[2]) for l in table.splitlines()
               if l.startswith("| ") and l.split("|")[1].strip().isdigit()}
     assert blocks[0] < blocks[1] <= blocks[2] < blocks[3]
+
+
+def test_stage3_prediction_adds_the_hosts_time_per_hop_from_zero0():
+    # ZeRO-0: 100 ms step, 50 ms compute, its α-β allreduce 20 ms: 30 ms over
+    # 2·3 hops, 5 ms a hop; stage 3's 60 hops add 300 ms to its 120 ms
+    pred = {"net": "1gbit", "N": "4", "comm_s": "0.120", "first_s": "0.010", "hops": "60",
+            "allreduce_s": "0.020"}
+    pure, host = zero.stage3_prediction("zero3", 4, pred, 0.100, 0.050)
+    assert abs(pure - 0.170) < 1e-9 and abs(host - 0.470) < 1e-9
+    # prefetch: the first gather's 10 + 3·5 ms, then max(50, 420 − 25) ms
+    _, host = zero.stage3_prediction("zero3_prefetch", 4, pred, 0.100, 0.050)
+    assert abs(host - (0.025 + 0.395)) < 1e-9

@@ -101,11 +101,11 @@ TEST(PsarCost, JsonCarriesTheSameRowsWithNullForUncountedBytes) {
 }
 
 TEST(PsarCost, TheSegmentSizeComesFromTheSyncConfigLikeTheBenchmarks) {
-  // tree, p = 2: D = 1, k = 1, no fill; S = 1 MiB / segment: α coefficient 2S.
+  // tree, p = 2: D = 1; S = 1 MiB / segment: α coefficient 2D+S-1 = S+1.
   const Outcome small = psar_cost("--p 2 --n 1M --algos tree --set sync.segment_bytes=256K");
   const Outcome large = psar_cost("--p 2 --n 1M --algos tree --set sync.segment_bytes=1M");
   ASSERT_EQ(small.code, 0) << small.err;
-  EXPECT_THAT(small.out, HasSubstr("tree,2,1048576,262144,8,"));
+  EXPECT_THAT(small.out, HasSubstr("tree,2,1048576,262144,5,"));
   EXPECT_THAT(large.out, HasSubstr("tree,2,1048576,262144,2,"));
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/errors.h"
 
+#include "allreduce/algorithms.h"
 #include "allreduce/allreducer.h"
 #include "allreduce/collectives.h"
 #include "allreduce/engine.h"
@@ -66,6 +67,33 @@ TEST_P(Programs, RoundsEqualTheCostFormsLatencyTerm) {
     EXPECT_EQ(static_cast<double>(e.program_for(n, count, o).rounds()), e.cost(n, count * 4, o).alpha)
         << e.name;
   }
+}
+
+// The tree's two streams overlap: the root broadcasts segment j in the round
+// after it has summed it (D+j), and an inner rank receives segment 0 from
+// above before the last segment from below, so each link carries both
+// directions at once instead of the broadcast waiting for the last sum.
+TEST(TreeProgram, TheBroadcastOfASegmentLeavesAsSoonAsTheRootHasItsSum) {
+  const ProgramShape s = shape_of(4, 8 * 1024);  // D = 2, S = 8 segments of 4 KiB
+  const Program p = tree_program(s);
+  ASSERT_EQ(p.rounds(), 2 * 2 + 8 - 1);
+  const auto first = [&](int rank, StepKind kind) {
+    const auto& st = p.steps[static_cast<size_t>(rank)];
+    for (size_t i = 0; i < st.size(); ++i)
+      if (st[i].kind == kind) return static_cast<int>(i);
+    return -1;
+  };
+  const auto last = [&](int rank, StepKind kind) {
+    const auto& st = p.steps[static_cast<size_t>(rank)];
+    for (size_t i = st.size(); i-- > 0;)
+      if (st[i].kind == kind) return static_cast<int>(i);
+    return -1;
+  };
+  const Step& root_send = p.steps[0][static_cast<size_t>(first(0, StepKind::kSend))];
+  EXPECT_EQ(root_send.round, 2);  // D + 0
+  EXPECT_EQ(root_send.offset, 0);
+  EXPECT_LT(first(0, StepKind::kSend), last(0, StepKind::kRecvReduce));
+  EXPECT_LT(first(1, StepKind::kRecv), last(1, StepKind::kRecvReduce));
 }
 
 std::vector<Shape> shapes() {

@@ -90,8 +90,9 @@ struct AllreducerEntry {
   std::unique_ptr<Allreducer> (*make)(const AllreduceOptions&) = nullptr;
   bool device = false;     // runs on a GPU (nccl): needs CUDA at build and run time
   bool needs_mpi = false;  // calls the MPI library itself: runs only under mpirun
-  // The program reads ProgramShape::node: hierarchical, and the pairwise
-  // exchanges (naive, butterfly, halving_doubling), segmented across hosts.
+  // The program reads ProgramShape::node: hierarchical, the pairwise
+  // exchanges (naive, butterfly, halving_doubling), segmented across hosts,
+  // and the tree, paced across hosts (Program::paced).
   bool needs_nodes = false;
   CostForm cost = nullptr;   // every algorithm has one (a test checks)
   // A library peer: the algorithm whose program the simulator times in its

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "allreduce/eager.h"
@@ -292,8 +293,14 @@ void Engine::apply(int j) {
 
 void Engine::execute(Comm& comm) {
   const int S = static_cast<int>(sends_.size()), A = static_cast<int>(applies_.size());
+  // A paced program's send also waits until it is at most kLead rounds ahead
+  // of this rank's next step (none left: no bound).
   auto post_sends = [&] {
-    while (sent_ < S && sends_[static_cast<size_t>(sent_)].depends <= applied_)
+    const int horizon = program_->paced && applied_ < A
+                            ? applies_[static_cast<size_t>(applied_)].round + kLead
+                            : std::numeric_limits<int>::max();
+    while (sent_ < S && sends_[static_cast<size_t>(sent_)].depends <= applied_ &&
+           sends_[static_cast<size_t>(sent_)].round <= horizon)
       post_send(comm, sent_++);
   };
   auto post_recvs = [&] {

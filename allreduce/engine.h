@@ -21,7 +21,9 @@
 // Run: receives are posted up to kWindow pieces per peer of a round ahead of
 // the one being applied (every piece at once for an all-eager program, so no eager piece
 // arrives unexpected); sends are posted in program order as soon as their
-// dependencies are met; receives and local steps apply in program order. So
+// dependencies are met (in a paced program, and no more than kLead rounds
+// ahead of the rank's next receive or local step); receives and local steps
+// apply in program order. So
 // a ring segment is forwarded as soon as it is reduced while the next is in
 // flight, and a tree passes segment j up while j+1 arrives — the pipelining
 // falls out of the slices, not out of per-algorithm loops.
@@ -58,6 +60,8 @@ class Engine {
  public:
   // Receive pieces posted ahead of the one being applied.
   static constexpr int kWindow = 4;
+  // Rounds a paced program's sends run ahead of the rank's next step.
+  static constexpr int kLead = 1;
 
   // Plans `program` for rank `rank`; the program must outlive the plan.
   void plan(const Program& program, int rank, const EngineOptions& options);

@@ -73,6 +73,12 @@ struct Program {
   // whole vector measured cheaper than many of its segments; across hosts
   // they segment too, docs/algorithms.md, "Segments").
   bool segmented = true;
+  // Sends posted no more than Engine::kLead rounds ahead of the rank's next
+  // receive or local step, not as soon as their data is ready: across hosts
+  // the tree's leaves, whose sends need nothing they receive, would otherwise
+  // flood their parents' links, and TCP gives a flooding flow the share that
+  // the sums coming back down need (docs/algorithms.md, "Pacing").
+  bool paced = false;
   std::vector<std::vector<Step>> steps;  // [rank], in order (rounds ascending after finish())
 
   Program() = default;

@@ -24,7 +24,7 @@ const AllreducerEntry kBuiltin[] = {
      .program = &ring_program, .cost = &ring_cost,
      .reduce_scatter = &ring_reduce_scatter_program, .all_gather = &ring_all_gather_program},
     {.name = "tree", .summary = "binary-tree reduce to rank 0 + broadcast, pipelined",
-     .program = &tree_program, .cost = &tree_cost},
+     .program = &tree_program, .needs_nodes = true, .cost = &tree_cost},
     {.name = "butterfly", .summary = "recursive doubling: log2 N full-vector swaps",
      .program = &butterfly_program, .needs_nodes = true, .cost = &butterfly_cost},
     {.name = "halving_doubling",

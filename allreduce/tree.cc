@@ -24,6 +24,7 @@ Program tree_program(const ProgramShape& shape) {
   ProgramShape at_zero = shape;
   at_zero.root = 0;
   Program p("tree allreduce", shape.ranks, shape.count);
+  p.paced = shape.spans_nodes();
   const auto same = [](int r) { return r; };
   p.append(tree_reduce_program(at_zero), same, 0, 0);
   // The reduce brings segment j to the root in round D-1+j.

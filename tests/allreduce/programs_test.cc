@@ -96,6 +96,35 @@ TEST(TreeProgram, TheBroadcastOfASegmentLeavesAsSoonAsTheRootHasItsSum) {
   EXPECT_LT(first(1, StepKind::kRecv), last(1, StepKind::kRecvReduce));
 }
 
+// Across hosts the tree is paced (Program::paced: a send waits until it is
+// at most Engine::kLead rounds ahead of the rank's next step); on one host
+// it is not. The paced engine still sums like the reference, with identical
+// bits on every rank, in every element type and at every N of the sweep: a
+// bound that held back a send some later step needs would stall the run.
+TEST(TreeProgram, AcrossHostsItIsPacedAndStillSumsLikeTheReference) {
+  for (int n : {2, 3, 4, 5, 7, 8})
+    for (int64_t count : {int64_t{1}, int64_t{30001}})
+      for (ElementType t : {ElementType::kFp32, ElementType::kBf16}) {
+        ProgramShape s = shape_of(n, count, t);
+        EXPECT_FALSE(tree_program(s).paced);
+        for (int r = 0; r < n; ++r) s.node.push_back(r);  // a host per rank
+        const Program p = tree_program(s);
+        ASSERT_TRUE(p.paced);
+        std::vector<std::vector<float>> out(static_cast<size_t>(n));
+        run_inproc(n, [&](Comm& comm) {
+          Engine engine;
+          engine.plan(p, comm.rank(), {.segment_bytes = s.segment_bytes, .dtype = t,
+                                       .accumulate_in_dtype = false, .tag = 78});
+          auto data = testing::make_input(5, comm.rank(), count);
+          engine.run(comm, data);
+          out[static_cast<size_t>(comm.rank())] = std::move(data);
+        });
+        EXPECT_EQ(testing::count_wrong(out[0], 5, n, 0, testing::tolerance(t, n)), 0)
+            << "N = " << n << ", count " << count;
+        for (int r = 1; r < n; ++r) EXPECT_TRUE(testing::same_bits(out[static_cast<size_t>(r)], out[0]));
+      }
+}
+
 std::vector<Shape> shapes() {
   std::vector<Shape> s;
   for (int n : {1, 2, 3, 4, 5, 7, 8})

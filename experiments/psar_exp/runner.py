@@ -351,6 +351,16 @@ def binary_build(psar):
     return None
 
 
+def base_commit(psar):
+    """The commit a binary to compare against (--base) was built at: its
+    build stamp must name a commit and no uncommitted change."""
+    base = binary_build(psar) if psar else None
+    if not base or not base[0] or base[1]:
+        raise RunError(f"--base {psar}: no clean build stamp beside it ({BUILD_STAMP}; build it "
+                       "with scripts/build.sh)")
+    return base[0]
+
+
 # What the psar binary is not built from: a binary built at one commit is the
 # binary of another whose tree differs only there.
 NOT_BINARY = OUTPUT_DIRS + ("experiments", "docs")

@@ -158,7 +158,8 @@ FOLDERS = {
     "zero": script("zero"),
     "sparse_ps": script("sparse_ps"),
     "pp_hop": script("pp_hop"),
-    "gloo_tcp": folder_script("table.py", ["data"], "table.md"),
+    "gloo_tcp": both(folder_script("table.py", ["data"], "table.md"),
+                     folder_script("table.py", ["cluster", "--cluster"], "table_cluster.md")),
     "cluster_emulator": folder_script("table.py", ["data"], "table.md"),
 }
 

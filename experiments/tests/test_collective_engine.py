@@ -26,19 +26,20 @@ def test_measure_alternates_the_binaries_and_refuses_mixing_others(tmp_path, mon
     monkeypatch.setattr(runner, "run", run)
     monkeypatch.setattr(runner, "machine_lines", lambda: ["uptime: load"])
     monkeypatch.setattr(runner, "base_commit", lambda psar: "a" * 40)
-    args = argparse.Namespace(out=str(tmp_path), psar="NEW", base="OLD", parts="engine2,dtype4",
-                              state={"binary": "b" * 40})
+    args = argparse.Namespace(out=str(tmp_path), psar="NEW", base="OLD", reps=3,
+                              parts="engine2,aa2,dtype4", state={"binary": "b" * 40})
     ce.measure(args)
     psars = [c[c.index("bench") - 1] for c in ran]
-    assert psars == ["OLD", "NEW", "NEW", "OLD", "OLD", "NEW", "NEW", "NEW"]
+    assert psars == ["OLD", "NEW", "NEW", "OLD", "OLD", "NEW"] + ["OLD"] * 6 + ["NEW", "NEW"]
     assert all(c[:2] == ["flock", runner.MEASURE_LOCK] and "-c" in c for c in ran)
-    assert [c[c.index("-np") + 1] for c in ran] == ["2"] * 6 + ["4"] * 2
+    assert [c[c.index("-np") + 1] for c in ran] == ["2"] * 12 + ["4"] * 2
     assert "sync.dtype=bf16" in ran[-1] and "net.bandwidth=1Gbit" in ran[-1]
     table = (tmp_path / "table.md").read_text()
     assert "Old: psar at aaaaaaa" in table and "new: psar at bbbbbbb" in table
-    assert "| 2 | ring | 1024 | 2.0 | 1.0 | 2.000 | yes |" in table
+    assert "| 2 | ring | 1024 | 2.0 | 1.0 | 2.000 | yes | 2.000 |" in table
+    assert "A/A ratio from 1.000 to 1.000" in table
     assert "| 4 | ring | 1024 | 2 | 1 | 0.500 | 8 | 4 | 0.500 | yes |" in table
-    assert (tmp_path / "data" / "machine.txt").read_text().count("uptime: load") == 8
+    assert (tmp_path / "data" / "machine.txt").read_text().count("uptime: load") == 14
     monkeypatch.setattr(runner, "base_commit", lambda psar: "c" * 40)
     with pytest.raises(runner.RunError, match="fresh --out"):
         ce.measure(args)

@@ -21,7 +21,8 @@ ZeroSync::ZeroSync(Comm& group, const std::string& algorithm, const AllreduceOpt
   if (stage_ >= 2)
     layers_ = std::make_unique<LayerGather>(
         group_, store, init.layers, init.tied, *optimizer_,
-        LayerGatherOptions{algorithm, options, prefetch, /*params_sharded=*/stage_ == 3});
+        LayerGatherOptions{algorithm, options, prefetch, /*params_sharded=*/stage_ == 3,
+                           init.options.overlap.bucket_floats});
 }
 
 std::pair<int64_t, int64_t> ZeroSync::owned() const {

@@ -339,6 +339,23 @@ TEST_F(ZeroFiles, StateIsTheFormsToTheByte) {
   }
 }
 
+// hierarchical on two nodes of two ranks (net.node_size): its reduce-scatter
+// and all-gather are two levels (allreduce/hierarchical.cc), whose sums
+// group the elements by owner where its allreduce groups them by
+// Partition{Ψ, L}: within 1e-6 of its ZeRO-0 run (not bitwise in general).
+TEST(ZeroHierarchical, Stages1To3EqualZero0OnTwoNodes) {
+  ops::set_blas_threads(1);
+  const Config base = with(testing::small_mlp_config("hierarchical", 10, "adam"),
+                           {"net.node_size=2", "net.bandwidth=100Gbit"});
+  const auto zero0 = train_result(4, base).params;
+  ASSERT_FALSE(zero0.empty());
+  for (const char* stage : {"1", "2", "3"}) {
+    const auto sharded = train_result(4, with(base, {std::string("sync.zero=") + stage})).params;
+    ASSERT_EQ(sharded.size(), zero0.size());
+    EXPECT_LE(relative_difference(zero0, sharded), 1e-6) << "stage " << stage;
+  }
+}
+
 // ---- checkpoints -------------------------------------------------------------
 
 TEST_F(ZeroFiles, Stages1To3ResumeBitwise) {

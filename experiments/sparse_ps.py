@@ -5,6 +5,7 @@ test accuracy (results/sparse_ps/).
 
     python3 -m psar_exp sparse_ps measure [--psar PATH] [--reps 3] [--rows 100000,...]
                                           [--skews 0.6,1.2] [--workers 4]
+                                          [--backends ps_sparse,...]
                                           [--reference | --exploratory]
     python3 -m psar_exp sparse_ps sweep [--psar PATH] [--reps 3] [--reference | --exploratory]
     python3 -m psar_exp sparse_ps report [--out DIR]
@@ -13,7 +14,9 @@ test accuracy (results/sparse_ps/).
 measure trains, for every table size (model.tables[0] rows of 4 floats)
 and Zipf skew, each backend below `--reps` times (the backends take turns
 within a repetition), each run under `flock /tmp/psar-measure.lock`, with
-N = --workers workers, and appends one line per run to runs.csv:
+N = --workers workers (--backends: only those), and appends one line per
+run to runs.csv, replacing an earlier line of the same rows, skew, backend
+and rep:
 
   rows,skew,backend,rep,status,target_step,time_to_target_s,final_accuracy,
   step_s,bytes_sent,bytes_recv,floats
@@ -53,6 +56,7 @@ server's bytes per worker equal the dense ring's (linear in the density
 between the measured points, on the measured bytes per touched row).
 """
 
+import argparse
 import os
 import re
 import statistics
@@ -191,15 +195,17 @@ def measure(args):
     for n in args.rows:
         for skew in args.skews:
             for rep in range(args.first_rep, args.first_rep + args.reps):
-                names = list(BACKENDS)
+                names = list(args.backends)
                 if rep % 2 == 0:
                     names.reverse()
                 for backend in names:
+                    rows = [r for r in rows if (int(r["rows"]), float(r["skew"]), r["backend"],
+                                                int(r["rep"])) != (n, skew, backend, rep)]
                     rows.append(one_run(args, n, skew, backend, rep))
                     write_csv(path, rows, COLUMNS)
     note_machine(args, f"rows {','.join(map(str, args.rows))}, skews "
-                 f"{','.join(map(str, args.skews))}, reps {args.first_rep}.."
-                 f"{args.first_rep + args.reps - 1}, {args.steps} steps", before)
+                 f"{','.join(map(str, args.skews))}, backends {','.join(args.backends)}, reps "
+                 f"{args.first_rep}..{args.first_rep + args.reps - 1}, {args.steps} steps", before)
     if args.reference:
         write_where(rows)
 
@@ -359,6 +365,14 @@ def sweep_and_report(args):
     report(args)
 
 
+def backend_list(text):
+    names = text.split(",")
+    unknown = [b for b in names if b not in BACKENDS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown {','.join(unknown)} (known: {','.join(BACKENDS)})")
+    return names
+
+
 def launcher():
     launch = runner.Launcher(
         __doc__, "sparse_ps", runs={"measure": measure_and_report, "sweep": sweep_and_report},
@@ -374,6 +388,8 @@ def launcher():
                     type=lambda text: [int(x) for x in text.split(",")])
     ap.add_argument("--skews", default=",".join(map(str, SKEWS)),
                     type=lambda text: [float(x) for x in text.split(",")])
+    ap.add_argument("--backends", default=",".join(BACKENDS), type=backend_list,
+                    help="measure only these (comma-separated, in this order)")
     return launch
 
 

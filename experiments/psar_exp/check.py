@@ -182,7 +182,8 @@ def provenance_problems(block):
         problems.append("the block does not name the command (the prose may)")
     if "psar built at" not in block and "no psar binary" not in block:
         problems.append("the commit psar was built from was not recorded")
-    commits = set(re.findall(r"\b[0-9a-f]{7,40}\b", block))
+    # Commits, not the numbers of the commands in backticks (--rows 10000000).
+    commits = set(re.findall(r"\b[0-9a-f]{7,40}\b", re.sub(r"`[^`]*`", "", block)))
     # A binary built at an earlier commit whose sources the later one did not
     # change is pinned too (runner.same_code).
     commits -= set(re.findall(r"psar built at ([0-9a-f]{7,40}) \([^)]*no change to its sources", block))

@@ -88,6 +88,8 @@ def test_a_provenance_that_does_not_pin_the_code_needs_its_note():
     assert check.provenance_problems(pinned.replace(
         "psar built at abc1234def56 (scripts/build.sh's stamp)",
         "psar built at def5678 (scripts/build.sh's stamp; no change to its sources since)")) == []
+    # A command's numbers are not commits.
+    assert check.provenance_problems(pinned.replace("e.yaml", "e.yaml --rows 10000000")) == []
 
 
 def test_blocks_are_filled_by_name_and_a_missing_block_is_an_error():

@@ -9,12 +9,15 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/netem.h"
 #include "core/errors.h"
+#include "core/timer.h"
 #include "ps/cost.h"
+#include "ps/on_the_wire.h"
 #include "ps/sharding.h"
 
 namespace psar::ps {
@@ -138,6 +141,38 @@ TEST(SpareServers, StaggeredOrderBeatsEveryWorkerStartingAtShardZero) {
   const double staggered = replay(4, 4, count, chunk, true);
   const double aligned = replay(4, 4, count, chunk, false);
   EXPECT_GT(aligned, 1.1 * staggered);
+}
+
+// A held message takes its ingress slot once the wire can have delivered
+// it, and release() returns at once while the slot lasts (the holder goes on
+// sending meanwhile), keeping the slot's message ahead of one handed over
+// later though sent earlier; each comes out once its slot has ended.
+TEST(OnTheWire, ReleaseNeverSleepsAndKeepsTheMessageInItsSlotFirst) {
+  NetModel net;
+  net.bandwidth = 1e6;  // 100 kB take 0.1 s of ingress
+  net.latency = 0;
+  Nic nic(net);
+  OnTheWire<int> wire(&nic);
+  double next = -1;
+  EXPECT_FALSE(wire.release(next));
+  EXPECT_EQ(next, 0) << "nothing held";
+  const double sent = now_seconds();
+  wire.hold(sent, 100000, 1);
+  wire.hold(sent, 100000, 2);  // the same ingress right after the first: until sent + 0.1
+  std::optional<int> first = wire.release(next);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(*first, 1);
+  EXPECT_FALSE(wire.release(next)) << "released before its ingress slot ended";
+  EXPECT_GT(next, now_seconds()) << "release() slept through the slot";
+  EXPECT_NEAR(next, sent + 0.1, 1e-9);
+  wire.hold(sent - 1.0, 100000, 3);  // sent earlier, handed over later
+  std::vector<int> order;
+  for (double deadline = now_seconds() + 5; order.size() < 2 && now_seconds() < deadline;) {
+    if (std::optional<int> m = wire.release(next)) order.push_back(*m);
+    else wait_until(next);
+  }
+  EXPECT_EQ(order, (std::vector<int>{2, 3}));
+  EXPECT_GE(now_seconds(), sent + 0.1);
 }
 
 TEST(SendOrder, RoundsOfOneChunkPerShardStartingAtTheWorkersOwnShard) {

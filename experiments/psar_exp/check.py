@@ -156,6 +156,7 @@ FOLDERS = {
     "spare_servers": script("spare_servers"),
     "collective_engine": folder_script("table.py", ["data", "922cf5b", "1df9142"], "table.md"),
     "zero": script("zero"),
+    "recompute": script("recompute"),
     "sparse_ps": script("sparse_ps"),
     "pp_hop": script("pp_hop"),
     "gloo_tcp": folder_script("table.py", ["data"], "table.md"),

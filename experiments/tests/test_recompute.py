@@ -1,0 +1,37 @@
+"""recompute.py: the forms from the shapes (full reruns a third of the
+blocks' forward and backward, psar's selective half the paper's attention
+rerun) and the table's ratios from a synthetic steps.csv."""
+
+import pytest
+
+import recompute
+from psar_exp.io import write_csv
+
+
+def test_full_reruns_a_third_of_the_blocks_and_selective_the_attention_products():
+    # Without a head (V = 0) full is exactly one more forward: 1/3 of fwd + bwd.
+    extra, total = recompute.forms(N=64, s=16, h=32, L=3, V=0)
+    assert extra["full"][0] / total == pytest.approx(1 / 3)
+    # Attention products per block: Q·Kᵀ and P·V, 2·N·s·h each, s/(6h) of the linears.
+    block = 24 * 64 * 32 * 32 + 4 * 64 * 16 * 32
+    assert total == 3 * 3 * block
+    assert extra["selective"] == (3 * 2 * 64 * 16 * 32, 3 * 4 * 64 * 16 * 32)
+    assert extra["none"] == (0, 0)
+    # The head is not recomputed.
+    with_head, total_head = recompute.forms(N=64, s=16, h=32, L=3, V=50)
+    assert with_head["full"] == extra["full"] and total_head == total + 3 * 2 * 64 * 32 * 50
+
+
+def test_ratios_are_per_repetition_against_none(tmp_path):
+    rows = [{"rep": 0, "mode": "none", "compute_s": 1.0, "steps": 6},
+            {"rep": 0, "mode": "selective", "compute_s": 1.1, "steps": 6},
+            {"rep": 0, "mode": "full", "compute_s": 1.5, "steps": 6},
+            {"rep": 1, "mode": "full", "compute_s": 3.0, "steps": 6},
+            {"rep": 1, "mode": "selective", "compute_s": 2.0, "steps": 6},
+            {"rep": 1, "mode": "none", "compute_s": 2.0, "steps": 6}]
+    got = recompute.ratios([{k: str(v) for k, v in r.items()} for r in rows])
+    assert got["full"] == pytest.approx([1.5, 1.5])
+    assert got["selective"] == pytest.approx([1.1, 1.0])
+    write_csv(str(tmp_path / "steps.csv"), rows)
+    text = recompute.tables(str(tmp_path))
+    assert "| full | 2250.0 | 1.500 | 1.500 – 1.500 | +50.0 % |" in text

@@ -9,12 +9,15 @@ train.recompute none, selective and full, beside the forms from its shapes.
 Every run goes through `flock /tmp/psar-measure.lock`. Writes into
 results/recompute/ (--reference) or runs/recompute/:
 
-  measure: R repetitions, the three modes taking turns within each (the
-    order reversed every other repetition), one `psar train` each:
-      steps.csv   rep,mode,compute_s,steps (compute_s: the median over the
-                  steps after the first two of steps.csv's compute_s, the
-                  forward and backward of the step; the run's own rows name
-                  the mode, and the script checks them)
+  measure: R repetitions; in each, for model.dropout 0.1 (the yaml's) and
+    0, the three modes take turns (the order reversed every other
+    repetition), one `psar train` each:
+      steps.csv   rep,dropout,mode,compute_s,median_s,steps (steps.csv's
+                  compute_s — the forward and backward of a step — over the
+                  steps after the first two: compute_s their minimum, the
+                  step least disturbed by other work on a shared host,
+                  median_s their median; the run's own rows name the mode,
+                  and the script checks them)
       machine.md  the load before and after and the steal time
   report: tables.md from steps.csv and the yaml's shapes (no runs)
 
@@ -40,6 +43,7 @@ from psar_exp.io import md_table, read_csv, write_csv, write_text
 
 YAML = os.path.join(ROOT, "experiments", "recompute.yaml")
 MODES = ("none", "selective", "full")
+DROPOUTS = ("0.1", "0")  # model.dropout: the yaml's, and none (no masks to regenerate)
 WARMUP = 2  # steps left out of the median
 
 
@@ -67,54 +71,61 @@ def measure(args):
     rows = []
     before = runner.machine_state()
     for rep in range(args.reps):
-        order = list(MODES) if rep % 2 == 0 else list(reversed(MODES))
-        for mode in order:
-            run_dir = os.path.join(args.out, "runs", f"{mode}_r{rep}")
-            runner.locked_train(args.psar, 1, YAML, run_dir, [f"train.recompute={mode}"])
-            steps = read_csv(os.path.join(run_dir, "steps.csv"))
-            if any(r["recompute"] != mode for r in steps):
-                raise runner.RunError(f"{run_dir}/steps.csv does not name recompute {mode}")
-            compute = [float(r["compute_s"]) for r in steps if int(r["step"]) > WARMUP]
-            rows.append({"rep": rep, "mode": mode, "compute_s": f"{statistics.median(compute):.6f}",
-                         "steps": len(compute)})
-            write_csv(os.path.join(args.out, "steps.csv"), rows)
+        for dropout in DROPOUTS:
+            order = list(MODES) if rep % 2 == 0 else list(reversed(MODES))
+            for mode in order:
+                run_dir = os.path.join(args.out, "runs", f"{mode}_p{dropout}_r{rep}")
+                runner.locked_train(args.psar, 1, YAML, run_dir,
+                                    [f"train.recompute={mode}", f"model.dropout={dropout}"])
+                steps = read_csv(os.path.join(run_dir, "steps.csv"))
+                if any(r["recompute"] != mode for r in steps):
+                    raise runner.RunError(f"{run_dir}/steps.csv does not name recompute {mode}")
+                compute = [float(r["compute_s"]) for r in steps if int(r["step"]) > WARMUP]
+                rows.append({"rep": rep, "dropout": dropout, "mode": mode,
+                             "compute_s": f"{min(compute):.6f}",
+                             "median_s": f"{statistics.median(compute):.6f}",
+                             "steps": len(compute)})
+                write_csv(os.path.join(args.out, "steps.csv"), rows)
     write_text(os.path.join(args.out, "machine.md"), runner.machine_note(before) + "\n")
 
 
 def ratios(rows):
-    """{mode: [compute_s of the mode / compute_s of none, per repetition]}."""
+    """{mode: [compute_s of the mode / compute_s of none, per repetition]}
+    (rows of one dropout)."""
     by = {(int(r["rep"]), r["mode"]): float(r["compute_s"]) for r in rows}
     reps = sorted({k[0] for k in by})
     return {m: [by[(k, m)] / by[(k, "none")] for k in reps] for m in MODES}
 
 
 def tables(folder):
-    rows = read_csv(os.path.join(folder, "steps.csv"))
+    all_rows = read_csv(os.path.join(folder, "steps.csv"))
     N, s, h, L, V = shapes()
     extra, total = forms(N, s, h, L, V)
-    got = ratios(rows)
-    seconds = {m: statistics.median(float(r["compute_s"]) for r in rows if r["mode"] == m)
-               for m in MODES}
     pct = lambda x: f"{100 * x:+.1f} %"  # noqa: E731
     table = []
-    for m in MODES:
-        r = got[m]
-        table.append([m, f"{1e3 * seconds[m]:.1f}", f"{statistics.median(r):.3f}",
-                      f"{min(r):.3f} – {max(r):.3f}", pct(statistics.median(r) - 1),
-                      pct(extra[m][0] / total), pct(extra[m][1] / total)])
-    reps = len(got["none"])
+    for dropout in DROPOUTS:
+        rows = [r for r in all_rows if r["dropout"] == dropout]
+        got = ratios(rows)
+        for m in MODES:
+            r = got[m]
+            seconds = statistics.median(float(x["compute_s"]) for x in rows if x["mode"] == m)
+            table.append([dropout, m, f"{1e3 * seconds:.1f}", f"{statistics.median(r):.3f}",
+                          f"{min(r):.3f} – {max(r):.3f}", pct(statistics.median(r) - 1),
+                          pct(extra[m][0] / total), pct(extra[m][1] / total)])
+    reps = len({r["rep"] for r in all_rows})
     return "".join([
         "# Activation recomputation: measured extra compute\n\n",
         "Written by `experiments/recompute.py report` from steps.csv and "
         "experiments/recompute.yaml.\n\n",
         f"The GPT of recompute.yaml on one rank: N = b·s = {N} rows, s = {s}, h = {h}, "
-        f"L = {L}, V = {V}. compute_s: forward and backward of a step, the median over "
-        f"a run's steps after the first {WARMUP}; the ratio is against `none` in the same "
-        f"repetition, its median and range over {reps} repetitions. The forms are forward "
+        f"L = {L}, V = {V}, with and without dropout. compute: forward and backward of a "
+        f"step, the least over a run's steps after the first {WARMUP} (the median over the "
+        f"repetitions in the table); the ratio is against `none` in the same repetition, "
+        f"its median and range over {reps} repetitions. The forms are forward "
         "GEMM FLOPs recomputed over the forward and backward GEMM FLOPs of `none` "
         f"({total / 1e9:.3f} GFLOP per step): psar's selective reruns Q·Kᵀ, the paper's "
         "Q·Kᵀ and P·V; full reruns each block's forward in both.\n\n",
-        md_table(["mode", "compute (ms, median)", "ratio to none (median)", "range",
+        md_table(["dropout", "mode", "compute (ms)", "ratio to none (median)", "range",
                   "measured extra", "psar's form", "paper's form"], table)])
 
 

@@ -23,15 +23,15 @@ def test_full_reruns_a_third_of_the_blocks_and_selective_the_attention_products(
 
 
 def test_ratios_are_per_repetition_against_none(tmp_path):
-    rows = [{"rep": 0, "mode": "none", "compute_s": 1.0, "steps": 6},
-            {"rep": 0, "mode": "selective", "compute_s": 1.1, "steps": 6},
-            {"rep": 0, "mode": "full", "compute_s": 1.5, "steps": 6},
-            {"rep": 1, "mode": "full", "compute_s": 3.0, "steps": 6},
-            {"rep": 1, "mode": "selective", "compute_s": 2.0, "steps": 6},
-            {"rep": 1, "mode": "none", "compute_s": 2.0, "steps": 6}]
-    got = recompute.ratios([{k: str(v) for k, v in r.items()} for r in rows])
+    one = [(0, "none", 1.0), (0, "selective", 1.1), (0, "full", 1.5),
+           (1, "full", 3.0), (1, "selective", 2.0), (1, "none", 2.0)]
+    rows = [{"rep": k, "dropout": p, "mode": m, "compute_s": t * (2 if p == "0" else 1),
+             "median_s": t, "steps": 6} for p in ("0.1", "0") for k, m, t in one]
+    got = recompute.ratios([{k: str(v) for k, v in r.items()} for r in rows[:6]])
     assert got["full"] == pytest.approx([1.5, 1.5])
     assert got["selective"] == pytest.approx([1.1, 1.0])
     write_csv(str(tmp_path / "steps.csv"), rows)
     text = recompute.tables(str(tmp_path))
-    assert "| full | 2250.0 | 1.500 | 1.500 – 1.500 | +50.0 % |" in text
+    assert "| 0.1 | full | 2250.0 | 1.500 | 1.500 – 1.500 | +50.0 % |" in text
+    assert "| 0 | full | 4500.0 | 1.500 | 1.500 – 1.500 | +50.0 % |" in text
+    assert "over 2 repetitions" in text

@@ -12,12 +12,15 @@ results/recompute/ (--reference) or runs/recompute/:
   measure: R repetitions; in each, for model.dropout 0.1 (the yaml's) and
     0, the three modes take turns (the order reversed every other
     repetition), one `psar train` each:
-      steps.csv   rep,dropout,mode,compute_s,median_s,steps (steps.csv's
-                  compute_s — the forward and backward of a step — over the
-                  steps after the first two: compute_s their minimum, the
-                  step least disturbed by other work on a shared host,
-                  median_s their median; the run's own rows name the mode,
-                  and the script checks them)
+      steps.csv   rep,dropout,mode,compute_s,median_s,forward_s,backward_s,
+                  steps (steps.csv's compute_s — the forward and backward of
+                  a step — over the steps after the first two: compute_s
+                  their minimum, the step least disturbed by other work on a
+                  shared host, median_s their median; forward_s and
+                  backward_s: that least step's forward and backward spans
+                  in the run's trace.json, full recomputation's rerun inside
+                  the backward; the run's own rows name the mode, and the
+                  script checks them)
       machine.md  the load before and after and the steal time
   report: tables.md from steps.csv and the yaml's shapes (no runs)
 
@@ -33,6 +36,7 @@ trainer's counted forward FLOPs (GptComputeCounts::forward_flops) to psar's
 form exactly; here the time is measured.
 """
 
+import json
 import os
 import statistics
 
@@ -76,17 +80,35 @@ def measure(args):
             for mode in order:
                 run_dir = os.path.join(args.out, "runs", f"{mode}_p{dropout}_r{rep}")
                 runner.locked_train(args.psar, 1, YAML, run_dir,
-                                    [f"train.recompute={mode}", f"model.dropout={dropout}"])
+                                    [f"train.recompute={mode}", f"model.dropout={dropout}",
+                                     "train.trace=true"])
                 steps = read_csv(os.path.join(run_dir, "steps.csv"))
                 if any(r["recompute"] != mode for r in steps):
                     raise runner.RunError(f"{run_dir}/steps.csv does not name recompute {mode}")
-                compute = [float(r["compute_s"]) for r in steps if int(r["step"]) > WARMUP]
+                compute = {int(r["step"]): float(r["compute_s"]) for r in steps
+                           if int(r["step"]) > WARMUP}
+                least = min(compute, key=compute.get)
+                forward, backward = spans(os.path.join(run_dir, "trace.json"))[least - 1]
                 rows.append({"rep": rep, "dropout": dropout, "mode": mode,
-                             "compute_s": f"{min(compute):.6f}",
-                             "median_s": f"{statistics.median(compute):.6f}",
+                             "compute_s": f"{compute[least]:.6f}",
+                             "median_s": f"{statistics.median(compute.values()):.6f}",
+                             "forward_s": f"{forward:.6f}", "backward_s": f"{backward:.6f}",
                              "steps": len(compute)})
                 write_csv(os.path.join(args.out, "steps.csv"), rows)
     write_text(os.path.join(args.out, "machine.md"), runner.machine_note(before) + "\n")
+
+
+def spans(trace_path):
+    """[(forward s, backward s)] per step of a one-rank, one-micro-batch
+    run's trace, in order."""
+    with open(trace_path) as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    f = [e["dur"] / 1e6 for e in events if e.get("ph") == "X" and e.get("cat") == "forward"]
+    b = [e["dur"] / 1e6 for e in events if e.get("ph") == "X" and e.get("cat") == "backward"]
+    if len(f) != len(b):
+        raise runner.RunError(f"{trace_path}: {len(f)} forwards, {len(b)} backwards")
+    return list(zip(f, b))
 
 
 def ratios(rows):
@@ -106,12 +128,15 @@ def tables(folder):
     for dropout in DROPOUTS:
         rows = [r for r in all_rows if r["dropout"] == dropout]
         got = ratios(rows)
+        fwd = statistics.median(float(x["forward_s"]) for x in rows if x["mode"] == "none")
+        bwd = statistics.median(float(x["backward_s"]) for x in rows if x["mode"] == "none")
         for m in MODES:
             r = got[m]
             seconds = statistics.median(float(x["compute_s"]) for x in rows if x["mode"] == m)
             table.append([dropout, m, f"{1e3 * seconds:.1f}", f"{statistics.median(r):.3f}",
                           f"{min(r):.3f} – {max(r):.3f}", pct(statistics.median(r) - 1),
-                          pct(extra[m][0] / total), pct(extra[m][1] / total)])
+                          pct(extra[m][0] / total), pct(extra[m][1] / total),
+                          pct(fwd / (fwd + bwd)) if m == "full" else ""])
     reps = len({r["rep"] for r in all_rows})
     return "".join([
         "# Activation recomputation: measured extra compute\n\n",
@@ -125,8 +150,13 @@ def tables(folder):
         "GEMM FLOPs recomputed over the forward and backward GEMM FLOPs of `none` "
         f"({total / 1e9:.3f} GFLOP per step): psar's selective reruns Q·Kᵀ, the paper's "
         "Q·Kᵀ and P·V; full reruns each block's forward in both.\n\n",
+        "The last column is full recomputation's extra if it cost one forward of `none` as "
+        "measured (its forward span over its forward and backward spans, medians): on this "
+        "CPU the forward's elementwise work (layer norms, GeLU, softmax, dropout masks) "
+        "makes it more than the third of the step its GEMM FLOPs are.\n\n",
         md_table(["dropout", "mode", "compute (ms)", "ratio to none (median)", "range",
-                  "measured extra", "psar's form", "paper's form"], table)])
+                  "measured extra", "psar's form", "paper's form",
+                  "one measured forward of none"], table)])
 
 
 def regenerate(folder, results=None):

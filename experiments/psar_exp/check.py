@@ -154,12 +154,13 @@ FOLDERS = {
     "hybrid_cnn_crossover": script("hybrid_cnn"),
     "where_ps_wins": script("where_ps_wins"),
     "spare_servers": script("spare_servers"),
-    "collective_engine": folder_script("table.py", ["data", "922cf5b", "1df9142"], "table.md"),
+    "collective_engine": folder_script("table.py", ["data", "922cf5b", "0c407d9"], "table.md"),
     "zero": script("zero"),
     "recompute": script("recompute"),
     "sparse_ps": script("sparse_ps"),
     "pp_hop": script("pp_hop"),
-    "gloo_tcp": folder_script("table.py", ["data"], "table.md"),
+    "gloo_tcp": both(folder_script("table.py", ["data"], "table.md"),
+                     folder_script("table.py", ["cluster", "--cluster"], "table_cluster.md")),
     "cluster_emulator": folder_script("table.py", ["data"], "table.md"),
 }
 

@@ -2,6 +2,7 @@
 """Writes table.md from the CSVs of the psar-vs-Gloo sitting in a directory.
 
     results/gloo_tcp/table.py DIR > table.md
+    results/gloo_tcp/table.py DIR --cluster > table_cluster.md
 
 DIR holds psar_np{N}_rep{K}.csv (`psar bench allreduce --csv`, Open MPI's
 tcp BTL on loopback) and gloo_np{N}_rep{K}.csv (algo,size,time_us,wrong:
@@ -9,7 +10,9 @@ torch.distributed's Gloo all_reduce timed the same way: median over rounds
 of the max over ranks). Per (np, size): each psar algorithm's median over
 the repetitions, the best of psar's own algorithms (mpi, Open MPI's
 MPI_Allreduce, shown apart), Gloo's median, and Gloo/psar (≥ 1: psar at
-least as fast; the target).
+least as fast; the target). --cluster: the runs were on the virtual
+cluster (one rank per host, 1 Gbit/s links) instead of loopback; psar's
+algorithms there are those the sitting ran (no `mpi`: its column reads —).
 """
 import csv
 import glob
@@ -21,6 +24,9 @@ import sys
 
 def main():
     d = sys.argv[1]
+    cluster = sys.argv[2:] == ["--cluster"]
+    if sys.argv[2:] and not cluster:
+        sys.exit(f"table.py: unknown arguments {sys.argv[2:]} (DIR [--cluster])")
     times = {}  # (np, algo, size) -> [us]
     wrong = 0
     for path in sorted(glob.glob(os.path.join(d, "*_np*_rep*.csv"))):
@@ -29,10 +35,12 @@ def main():
             for r in csv.DictReader(f):
                 times.setdefault((int(np_), r["algo"], int(r["size"])), []).append(float(r["time_us"]))
                 wrong += int(r["wrong"]) if r.get("wrong", "0") not in ("", "N/A") else 0
-    print("# psar vs Gloo allreduce over TCP (loopback)\n")
+    print("# psar vs Gloo allreduce over TCP (" +
+          ("the virtual cluster: one rank per host, 1 Gbit/s links" if cluster else "loopback") +
+          ")\n")
     print("Median over the repetitions of each side (each run: median over rounds of the max "
           "over ranks); psar's best of its own algorithms per size. Machine state before each "
-          "run: data/machine.txt. Commands: README.md.\n")
+          f"run: {os.path.basename(os.path.normpath(d))}/machine.txt. Commands: README.md.\n")
     print(f"Elements wrong in the checked calls, all runs: {wrong}.\n")
     print("| np | size | best psar algorithm | psar µs | mpi µs | Gloo µs | Gloo/psar | ≥ 1.0 | runs |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -47,7 +55,7 @@ def main():
         mpi = times.get((np_, "mpi", size))
         ratio = g / mine[algo]
         print(f"| {np_} | {size} | {algo} | {mine[algo]:.0f} | "
-              f"{statistics.median(mpi) if mpi else float('nan'):.0f} | {g:.0f} | {ratio:.2f} | "
+              f"{f'{statistics.median(mpi):.0f}' if mpi else '—'} | {g:.0f} | {ratio:.2f} | "
               f"{'yes' if ratio >= 1.0 else 'no'} | {len(gloo)} |")
 
 

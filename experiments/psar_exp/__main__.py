@@ -25,7 +25,7 @@ LAUNCHERS = ("run", "pp_measure", "gpt_3d", "auto_tuning", "net_scaling", "clust
              "cluster_placement", "overlap", "ps_vs_allreduce", "report_collectives",
              "sim_validation", "simulate_tables", "pp_schedule_tables", "pp_report", "tp_report",
              "sync_table", "ps_curve", "ps_lite", "hybrid_cnn", "where_ps_wins", "zero", "sparse_ps",
-             "simulate_published", "pp_hop", "spare_servers", "plot")
+             "simulate_published", "pp_hop", "spare_servers", "plot", "recompute")
 USAGE = __doc__.format(launchers=", ".join(LAUNCHERS))
 
 

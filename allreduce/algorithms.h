@@ -22,6 +22,8 @@ Program ring_reduce_scatter_program(const ProgramShape&);
 Program ring_all_gather_program(const ProgramShape&);
 Program halving_doubling_reduce_scatter_program(const ProgramShape&);
 Program halving_doubling_all_gather_program(const ProgramShape&);
+Program hierarchical_reduce_scatter_program(const ProgramShape&);
+Program hierarchical_all_gather_program(const ProgramShape&);
 Program tree_broadcast_program(const ProgramShape&);
 Program tree_reduce_program(const ProgramShape&);
 // One pass around the ring, what its reduce-scatter and all-gather share

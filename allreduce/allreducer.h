@@ -120,6 +120,12 @@ struct AllreducerEntry {
 std::span<const AllreducerEntry> allreducer_registry();
 // Throws ConfigError listing the known names if `name` is unknown.
 const AllreducerEntry& find_allreducer(const std::string& name);
+
+// Every rank's node (ProgramShape::node), for the algorithms that read it
+// (needs_nodes): Comm::nodes() where set (net.node_size, tests), a node per
+// rank under a one-level emulated network, else the hostnames, exchanged
+// over the control plane (collective over `comm`).
+std::vector<int> node_map(Comm& comm);
 // Throws ConfigError listing the known names if `name` is unknown. A
 // program's allreducer plans once per (ranks, count) and reuses its plan.
 std::unique_ptr<Allreducer> make_allreducer(const std::string& name,

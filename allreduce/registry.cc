@@ -39,7 +39,9 @@ const AllreducerEntry kBuiltin[] = {
     // ring; its two-level form is in hierarchical.cc.
     {.name = "hierarchical",
      .summary = "reduce-scatter inside each node, ring allreduce of each slice across nodes, all-gather",
-     .program = &hierarchical_program, .needs_nodes = true, .cost = &ring_cost},
+     .program = &hierarchical_program, .needs_nodes = true, .cost = &ring_cost,
+     .reduce_scatter = &hierarchical_reduce_scatter_program,
+     .all_gather = &hierarchical_all_gather_program},
     // Open MPI picks its own schedule; its times are fitted to the ring's
     // form, and the simulator times it as the ring.
     {.name = "mpi", .summary = "MPI_Allreduce of the MPI library (the measured peer)",
@@ -51,9 +53,8 @@ const AllreducerEntry kBuiltin[] = {
      .make = &make_nccl_allreducer, .device = true, .cost = &ring_cost, .timed_as = "ring"},
 };
 
-// Every rank's node: Comm::nodes() where set (net.node_size, tests), a node
-// per rank under a one-level emulated network, else the hostnames,
-// exchanged over the control plane.
+}  // namespace
+
 std::vector<int> node_map(Comm& comm) {
   if (!comm.nodes().empty()) return comm.nodes();
   // A one-level emulated network gives every rank a NIC of its own
@@ -75,6 +76,7 @@ std::vector<int> node_map(Comm& comm) {
   return node;
 }
 
+namespace {
 // A program algorithm: its program, planned once per (ranks, count), run by
 // the engine.
 class ProgramAllreducer final : public Allreducer {

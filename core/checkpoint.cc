@@ -256,7 +256,27 @@ std::string config_differences(const std::map<std::string, std::string>& a,
 
 const char* psar_version() { return PSAR_VERSION; }
 
-CheckpointFile make_manifest(int64_t step, const Config& config, const JobIdentity& job) {
+ConfigRecord ConfigRecord::of(const Config& config) {
+  ConfigRecord r;
+  r.text = config.dump();
+  r.values = config.flat();
+  r.schema = &config.schema();
+  r.digest = fnv1a(r.values_text());
+  return r;
+}
+
+ConfigRecord ConfigRecord::read(const std::string& other, const std::string& origin) const {
+  PSAR_CHECK(schema, "ConfigRecord::read before ConfigRecord::of");
+  return of(Config::load_string(other, *schema, {}, origin));
+}
+
+std::string ConfigRecord::values_text() const {
+  std::string out;
+  for (const auto& [k, v] : values) out += k + "\t" + v + "\n";
+  return out;
+}
+
+CheckpointFile make_manifest(int64_t step, const ConfigRecord& config, const JobIdentity& job) {
   CheckpointFile m;
   m.set_int("step", step);
   m.set_int("world_size", job.world_size);
@@ -266,7 +286,7 @@ CheckpointFile make_manifest(int64_t step, const Config& config, const JobIdenti
   m.set("sync", job.sync);
   m.set_int("total_steps", job.total_steps);
   m.set("psar_version", job.psar_version);
-  m.set("config", config.dump());
+  m.set("config", config.text);
   return m;
 }
 
@@ -293,15 +313,14 @@ std::vector<float> reshard_range(const std::vector<int64_t>& old_bounds, int64_t
   return out;
 }
 
-void check_resumable(const CheckpointFile& manifest, const Config& config, const JobIdentity& job,
-                     const std::string& where) {
+void check_resumable(const CheckpointFile& manifest, const ConfigRecord& config,
+                     const JobIdentity& job, const std::string& where) {
   std::vector<std::string> why;
-  const Config saved =
-      Config::load_string(manifest.get("config"), config.schema(), {}, manifest.origin());
-  const std::string keys = config_differences(saved.flat(), config.flat(), "the checkpoint",
+  const ConfigRecord saved = config.read(manifest.get("config"), manifest.origin());
+  const std::string keys = config_differences(saved.values, config.values, "the checkpoint",
                                               "this run", &resume_may_differ);
   if (!keys.empty()) why.push_back("configuration: " + keys);
-  const bool resized = dp_resize(manifest, config, job).resized;
+  const bool resized = dp_resize(manifest, job).resized;
   if (!resized && manifest.get_int("world_size") != job.world_size)
     why.push_back("world size: " + manifest.get("world_size") + " ranks wrote it, this job has " +
                   std::to_string(job.world_size));
@@ -310,9 +329,8 @@ void check_resumable(const CheckpointFile& manifest, const Config& config, const
   if (!resized && manifest.get("grid") != grid)
     why.push_back("grid (p t d order): '" + manifest.get("grid") + "' in the checkpoint, '" + grid +
                   "' in this run");
-  if (config.get_string("optimizer.schedule") != "constant" &&
-      manifest.get_int("total_steps") != job.total_steps)
-    why.push_back("train.steps: the " + config.get_string("optimizer.schedule") +
+  if (job.lr_schedule != "constant" && manifest.get_int("total_steps") != job.total_steps)
+    why.push_back("train.steps: the " + job.lr_schedule +
                   " learning-rate schedule spans " + manifest.get("total_steps") +
                   " steps in the checkpoint, " + std::to_string(job.total_steps) + " in this run");
   if (why.empty()) return;
@@ -321,7 +339,7 @@ void check_resumable(const CheckpointFile& manifest, const Config& config, const
   throw ConfigError(text);
 }
 
-DpResize dp_resize(const CheckpointFile& manifest, const Config& config, const JobIdentity& job) {
+DpResize dp_resize(const CheckpointFile& manifest, const JobIdentity& job) {
   std::istringstream grid(manifest.get("grid"));
   int pp = 0, tp = 0, dp = 0;
   std::string order;
@@ -341,7 +359,7 @@ DpResize dp_resize(const CheckpointFile& manifest, const Config& config, const J
   if (!why.empty())
     throw ConfigError("--resume onto " + std::to_string(job.dp) + " data-parallel replicas of a " +
                       "checkpoint written by " + std::to_string(dp) + ": " + why);
-  return {.resized = true, .reshard = config.get_int("sync.zero") > 0, .old_dp = dp};
+  return {.resized = true, .reshard = job.zero > 0, .old_dp = dp};
 }
 
 }  // namespace psar

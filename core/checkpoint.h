@@ -81,6 +81,26 @@ void prune_checkpoints(const std::string& run_dir, int keep);
 // refused anyway when the learning-rate schedule depends on it.)
 bool resume_may_differ(const std::string& key);
 
+// The configuration as a run records it, taken once from the resolved
+// Config at the start of the run: its text (config.yaml and every MANIFEST
+// hold it), every key's resolved value (what a resume and the start-up
+// agreement compare, trainer/agreement.h) and the digest of those values
+// (FNV-1a 64: what the ranks exchange first). After the start nothing reads
+// the Config: each subsystem holds its typed options (trainer/loop_options.h).
+struct ConfigRecord {
+  std::string text;
+  std::map<std::string, std::string> values;  // key -> resolved value (Config::flat)
+  uint64_t digest = 0;
+  const Schema* schema = nullptr;  // reads another record's text
+
+  static ConfigRecord of(const Config& config);
+  // `text` (a MANIFEST's configuration) read with this record's schema;
+  // ConfigError naming `origin` when it does not load.
+  ConfigRecord read(const std::string& text, const std::string& origin) const;
+  // "key\tvalue\n" per key, in key order: what the digest is of.
+  std::string values_text() const;
+};
+
 // The identity of a job, as recorded in MANIFEST and checked on resume.
 struct JobIdentity {
   int world_size = 0;
@@ -90,14 +110,16 @@ struct JobIdentity {
   std::string sync;   // sync.backend
   int64_t total_steps = 0;
   std::string psar_version;
+  std::string lr_schedule = "constant";  // optimizer.schedule: any other spans total_steps
+  int zero = 0;                          // sync.zero: > 0 shards the optimizer state
 };
-CheckpointFile make_manifest(int64_t step, const Config& config, const JobIdentity& job);
+CheckpointFile make_manifest(int64_t step, const ConfigRecord& config, const JobIdentity& job);
 // Throws ConfigError naming what differs (each differing config key with
 // both values, the world size, the grid) when `manifest` was not written by
 // this job; `where` names the checkpoint for the message. A data-parallel
 // size that differs alone is no difference where dp_resize allows it.
-void check_resumable(const CheckpointFile& manifest, const Config& config, const JobIdentity& job,
-                     const std::string& where);
+void check_resumable(const CheckpointFile& manifest, const ConfigRecord& config,
+                     const JobIdentity& job, const std::string& where);
 
 // Resharding (a resume onto another data-parallel size): a flat state that
 // old ranks held as pieces — piece q = [old_bounds[q], old_bounds[q+1]),
@@ -127,7 +149,7 @@ struct DpResize {
   bool reshard = false;  // resized, with a sharded optimizer state (sync.zero > 0)
   int old_dp = 0;        // the checkpoint's d (where resized)
 };
-DpResize dp_resize(const CheckpointFile& manifest, const Config& config, const JobIdentity& job);
+DpResize dp_resize(const CheckpointFile& manifest, const JobIdentity& job);
 
 // "optimizer.lr = 0.05 in A, 0.1 in B; ..." for the keys whose values differ
 // (ignoring those for which `skip(key)` is true); "" when none.

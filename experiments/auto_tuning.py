@@ -13,15 +13,13 @@ table.md comes from the committed bench_np*_run*.csv alone (regenerate();
 python3 -m psar_exp check holds it to them).
 """
 
-import argparse
 import os
 import glob
 import re
 import statistics
 
 from psar_exp.io import md_table, read_csv, write_text
-from psar_exp.runner import (add_output_flags, begin, main_guard, mpirun_prefix, output_root,
-                             psar_binary, record_provenance, run)
+from psar_exp.runner import Launcher, main_guard, mpirun_prefix, run
 
 SWEEP = ["-b", "4K", "-e", "64M", "-f", "4", "-n", "10", "-w", "3"]
 # The table is measured longer than a comparison run: more rounds, so that its
@@ -98,32 +96,28 @@ def regenerate(folder, results=None):
     return {"table.md": table(folder)}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="default: runs/tuning, or results/tuning with --reference")
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--np", default="2,4,8")
-    add_output_flags(ap)
-    args = ap.parse_args()
-    args.out = args.out or os.path.join(output_root(args), "tuning")
-    psar = psar_binary()
-    state = begin(args.out, args.exploratory, psar, reference=args.reference)
-    os.makedirs(args.out, exist_ok=True)
+def measure(args):
     tuning = os.path.join(args.out, "tuning.csv")
     ranks = [int(x) for x in args.np.split(",")]
     for old in glob.glob(os.path.join(args.out, "bench_np*_run*.csv")):
         os.remove(old)
     for n in ranks:
-        run(mpirun_prefix(n) + [psar, "tune", "--out", tuning, *TUNE_SWEEP])
+        run(mpirun_prefix(n) + [args.psar, "tune", "--out", tuning, *TUNE_SWEEP])
     for n in ranks:
         for r in range(args.runs):
-            run(mpirun_prefix(n) + [psar, "bench", "allreduce", "--tuning", tuning, *SWEEP,
+            run(mpirun_prefix(n) + [args.psar, "bench", "allreduce", "--tuning", tuning, *SWEEP,
                                     "--csv", os.path.join(args.out, f"bench_np{n}_run{r + 1}.csv")])
     text = table(args.out)
     write_text(os.path.join(args.out, "table.md"), text)
-    record_provenance(args.out, state)
     print(text)
 
 
+def launcher():
+    launch = Launcher(__doc__, "tuning", runs={"measure": measure})
+    launch.parser.add_argument("--runs", type=int, default=3)
+    launch.parser.add_argument("--np", default="2,4,8")
+    return launch
+
+
 if __name__ == "__main__":
-    main_guard("auto_tuning.py", main)
+    main_guard("auto_tuning.py", launcher().main)

@@ -30,7 +30,6 @@ K > 1 the K ranks of a host share its link, see the report); the parameter
 server's model psar_exp.costs.ps_time with a host's K workers on one NIC.
 """
 
-import argparse
 import json
 import os
 import signal
@@ -366,41 +365,63 @@ def groups(rows, tol):
     return "\n".join(lines) + "\n"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("experiment", nargs="?",
-                    default=os.path.join(ROOT, "experiments", "cluster_net_scaling.yaml"))
-    ap.add_argument("--psar", default=None)
-    ap.add_argument("--layout", action="append", default=[],
-                    help="measure only this layout (HxK, repeatable); default: all")
-    ap.add_argument("--out", help="default: runs/cluster, or results/cluster with --reference")
-    ap.add_argument("--raw", default=None)
-    ap.add_argument("--reuse", action="store_true")
-    runner.add_output_flags(ap)
-    args = ap.parse_args()
-    args.out = args.out or os.path.join(runner.output_root(args), "cluster")
-    exp = report.load(args.experiment, "cluster_net_scaling")
-    psar = runner.psar_binary(args.psar)
-    raw = args.raw or os.path.join(args.out, "net_scaling")
-    os.makedirs(raw, exist_ok=True)
+def layouts(args):
+    """{name: layout} of the layouts to measure (--layout, default: all)."""
+    exp = runner.experiment(args, "cluster_net_scaling")
     known = {layout_name(lay): lay for lay in exp["layouts"]}
     for name in args.layout:
         if name not in known:
             raise runner.RunError(f"--layout {name}: not in {args.experiment} "
                                   f"(layouts: {', '.join(known)})")
-    if not args.reuse:
-        if os.geteuid() != 0:
-            raise runner.RunError("the virtual cluster needs root (scripts/cluster.sh)")
-        # A TERM must still take the cluster down (measure_layout's finally).
-        signal.signal(signal.SIGTERM, _terminate)
-        prov = runner.begin(args.out, args.exploratory, psar, reference=args.reference)
-        for name in args.layout or list(known):
-            measure_layout(exp, psar, raw, known[name], prov)
+    return {name: known[name] for name in args.layout or known}
+
+
+def raw_folder(args):
+    raw = args.raw or os.path.join(args.out, "net_scaling")
+    os.makedirs(raw, exist_ok=True)
+    return raw
+
+
+def write_reports(args):
+    """net_scaling.md, .csv and .png from the measurements in the raw folder."""
+    exp, raw = runner.experiment(args, "cluster_net_scaling"), raw_folder(args)
+    psar = runner.psar_binary(args.psar)
+    layouts(args)
     for name, text in reports(exp, raw, psar).items():
         write_text(os.path.join(args.out, name), text)
     plot(exp, load(exp, raw, psar), os.path.join(args.out, "net_scaling.png"))
     print(f"cluster_net_scaling.py: wrote {args.out}/net_scaling.md, .csv, .png")
 
 
+def measure(args):
+    """Every layout asked for, then the reports. Each layout records its
+    own commit and machine state (machine_<layout>.json): a run of one
+    layout leaves the others' as they were, so the folder's README gets no
+    provenance of one run."""
+    todo = layouts(args)
+    if os.geteuid() != 0:
+        raise runner.RunError("the virtual cluster needs root (scripts/cluster.sh)")
+    # A TERM must still take the cluster down (measure_layout's finally).
+    signal.signal(signal.SIGTERM, _terminate)
+    exp, raw = runner.experiment(args, "cluster_net_scaling"), raw_folder(args)
+    for lay in todo.values():
+        measure_layout(exp, args.psar, raw, lay, args.state)
+    write_reports(args)
+    return []
+
+
+def launcher():
+    launch = runner.Launcher(__doc__, "cluster", runs={"measure": measure},
+                             reports={"reuse": write_reports},
+                             flags={"--reuse": ("reuse", "re-report from the raw measurements")})
+    ap = launch.parser
+    ap.add_argument("experiment", nargs="?",
+                    default=os.path.join(ROOT, "experiments", "cluster_net_scaling.yaml"))
+    ap.add_argument("--layout", action="append", default=[],
+                    help="measure only this layout (HxK, repeatable); default: all")
+    ap.add_argument("--raw", default=None, help="the raw measurements (default: OUT/net_scaling)")
+    return launch
+
+
 if __name__ == "__main__":
-    runner.main_guard("cluster_net_scaling.py", main)
+    runner.main_guard("cluster_net_scaling.py", launcher().main)

@@ -10,13 +10,12 @@ per-axis time (docs/parallelism_3d.md, docs/network.md).
     scripts/cluster.sh down
 """
 
-import argparse
 import os
 import statistics
 
 from psar_exp import ROOT
 from psar_exp.io import md_table, read_csv, write_text
-from psar_exp.runner import add_output_flags, begin, output_root, psar_binary, run
+from psar_exp.runner import Launcher, main_guard, run
 
 ORDERS = {"tp-dp-pp": "TP pairs inside each host", "pp-tp-dp": "TP pairs across the hosts"}
 WARMUP = 2
@@ -32,15 +31,8 @@ def summarize(folder):
             "pp_mib": max(int(r["pp_bytes_sent"]) for r in axes) / 2**20}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--out", help="default: runs/cluster/placement, or results/... with --reference")
-    add_output_flags(ap)
-    args = ap.parse_args()
-    args.out = args.out or os.path.join(output_root(args), "cluster", "placement")
-    psar = psar_binary()
-    state = begin(args.out, args.exploratory, psar, reference=args.reference)
+def measure(args):
+    psar, state = args.psar, args.state
     exp = os.path.join(ROOT, "experiments", "gpt_3d.yaml")
     cluster = os.path.join(ROOT, "scripts", "cluster.sh")
     load = [os.getloadavg()[0]]
@@ -76,5 +68,11 @@ def main():
     print(text)
 
 
+def launcher():
+    launch = Launcher(__doc__, os.path.join("cluster", "placement"), runs={"measure": measure})
+    launch.parser.add_argument("--reps", type=int, default=5)
+    return launch
+
+
 if __name__ == "__main__":
-    main()
+    main_guard("cluster_placement.py", launcher().main)

@@ -13,15 +13,13 @@ micro-batches of b = 2, so m = B/(b·d). Every run goes to
 <out>/runs/<name>/; --reuse rebuilds the tables from those.
 """
 
-import argparse
 import os
 import statistics
 
 from psar_exp import ROOT
 from psar_exp.generated import update_readme
 from psar_exp.io import csv_text, md_table, read_csv, write_text
-from psar_exp.runner import (add_output_flags, begin, main_guard, mpirun_prefix, output_root,
-                              psar_binary, record_provenance, run)
+from psar_exp.runner import Launcher, main_guard, mpirun_prefix, run
 
 B, MICRO = 32, 2
 NETWORKS = {"off": [], "1Gbit": ["net.bandwidth=1Gbit", "net.latency=50us"]}
@@ -252,29 +250,29 @@ def regenerate(folder, results=None):
     return {"tables.md": md, "grid.csv": grid, "README.md#reading": reading(got)}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="default: runs/gpt_3d, or results/gpt_3d with --reference")
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--reuse", action="store_true", help="rebuild the tables from existing runs")
-    add_output_flags(ap)
-    args = ap.parse_args()
-    out = args.out or os.path.join(output_root(args), "gpt_3d")
-    exp = os.path.join(ROOT, "experiments", "gpt_3d.yaml")
-    if not args.reuse:
-        psar = psar_binary()
-        state = begin(out, args.exploratory, psar, reference=args.reference)
-        for _, n, net, sg, p, t, d in run_plan():
-            train(psar, exp, os.path.join(out, "runs", run_name(p, t, d, net, sg)),
-                  p, t, d, net, sg, args.steps)
-    texts = regenerate(out)
-    update_readme(out, {"reading": texts.pop("README.md#reading")})
+def write_tables(args):
+    """tables.md, grid.csv and the README's reading from the runs in args.out."""
+    texts = regenerate(args.out)
+    update_readme(args.out, {"reading": texts.pop("README.md#reading")})
     for name, text in texts.items():
-        write_text(os.path.join(out, name), text)
-    if not args.reuse:
-        record_provenance(out, state)
-    print(f"wrote {os.path.join(out, 'tables.md')}")
+        write_text(os.path.join(args.out, name), text)
+    print(f"wrote {os.path.join(args.out, 'tables.md')}")
+
+
+def measure(args):
+    exp = os.path.join(ROOT, "experiments", "gpt_3d.yaml")
+    for _, n, net, sg, p, t, d in run_plan():
+        train(args.psar, exp, os.path.join(args.out, "runs", run_name(p, t, d, net, sg)),
+              p, t, d, net, sg, args.steps)
+    write_tables(args)
+
+
+def launcher():
+    launch = Launcher(__doc__, "gpt_3d", runs={"measure": measure}, reports={"reuse": write_tables},
+                      flags={"--reuse": ("reuse", "rebuild the tables from existing runs")})
+    launch.parser.add_argument("--steps", type=int, default=12)
+    return launch
 
 
 if __name__ == "__main__":
-    main_guard("gpt_3d.py", main)
+    main_guard("gpt_3d.py", launcher().main)

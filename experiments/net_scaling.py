@@ -26,7 +26,6 @@ gamma = 0: pure alpha-beta): the allreduce forms of docs/algorithms.md
 psar_exp.costs.ps_time (docs/theory.md).
 """
 
-import argparse
 import math
 import os
 
@@ -399,26 +398,10 @@ def regenerate(folder, results=None, first=False):
                                "net_scaling"), folder, runner.psar_binary(), blocks=True)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("experiment", nargs="?", default=os.path.join(ROOT, "experiments", "net_scaling.yaml"))
-    ap.add_argument("--psar", default=os.environ.get("PSAR_BIN", os.path.join(ROOT, "build", "trainer", "psar")))
-    ap.add_argument("--out", help="default: runs/<name>, or results/<name> with --reference")
-    ap.add_argument("--reuse", action="store_true")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--high-priority", action="store_true")
-    runner.add_output_flags(ap)
-    args = ap.parse_args()
-    exp = report.load(args.experiment, "net_scaling")
-    psar = runner.psar_binary(args.psar)
-    out = args.out or os.path.join(runner.output_root(args), exp["experiment"]["name"])
-    if not args.reuse:
-        state = runner.begin(out, args.exploratory, psar, reference=args.reference)
-        os.makedirs(out, exist_ok=True)
-        measure(exp, psar, out, args.quick, args.high_priority)
-        note = runner.provenance_text(state, args.high_priority)
-        write_text(os.path.join(out, "machine.txt"), note + "\n")
-        runner.record_provenance(out, state, args.high_priority)
+def write_reports(args):
+    """check.md, table.md, the README's blocks and the plots from the data
+    in args.out (psar computes the cost forms)."""
+    exp, out, psar = runner.experiment(args, "net_scaling"), args.out, runner.psar_binary(args.psar)
     texts = reports(exp, out, psar, blocks=True)
     update_readme(out, {k.split("#")[1]: texts.pop(k) for k in list(texts) if "#" in k})
     for name, text in texts.items():
@@ -427,5 +410,24 @@ def main():
     print(f"net_scaling.py: wrote {out}/check.md, table.md, sync_vs_n_*.png")
 
 
+def measure_and_report(args):
+    measure(runner.experiment(args, "net_scaling"), args.psar, args.out, args.quick, args.high_priority)
+    note = runner.provenance_text(args.state, args.high_priority)
+    write_text(os.path.join(args.out, "machine.txt"), note + "\n")
+    write_reports(args)
+
+
+def launcher():
+    name = lambda args: runner.experiment(args, "net_scaling")["experiment"]["name"]  # noqa: E731
+    launch = runner.Launcher(__doc__, name, runs={"measure": measure_and_report}, reports={"reuse": write_reports},
+                             flags={"--reuse": ("reuse", "report from the data in --out")},
+                             out_help="default: runs/<name>, or results/<name> with --reference")
+    ap = launch.parser
+    ap.add_argument("experiment", nargs="?", default=os.path.join(ROOT, "experiments", "net_scaling.yaml"))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--high-priority", action="store_true")
+    return launch
+
+
 if __name__ == "__main__":
-    runner.main_guard("net_scaling.py", main)
+    runner.main_guard("net_scaling.py", launcher().main)

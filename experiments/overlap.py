@@ -28,7 +28,6 @@ Writes into runs/<experiment.name>/ (results/... with --reference):
 --quick: one repeat, 8 steps, N = 2 and one network (a smoke test of the script).
 """
 
-import argparse
 import os
 import resource
 import shutil
@@ -530,39 +529,44 @@ def cpu(exp, exp_path, out_root, binary, dry_run):
         write_csv(os.path.join(out_root, "cpu.csv"), rows)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def folder(args):
+    """--name or experiment.name, under --results when given."""
+    name = args.name or runner.experiment(args, "overlap")["experiment"]["name"]
+    return runner.under_results(args, name)
+
+
+def run_parts(args, binary=None, dry_run=False):
+    """The parts --only names (default: all), or with dry_run their commands."""
+    exp, out_root = runner.experiment(args, "overlap"), args.out
+    if dry_run:
+        os.makedirs(out_root, exist_ok=True)
+    if args.only in (None, "modes"):
+        modes(exp, args.experiment, out_root, binary, args.quick, dry_run,
+              args.backends.split(",") if args.backends else None)
+    if args.only in (None, "buckets"):
+        buckets(exp, args.experiment, out_root, binary, args.quick, dry_run)
+    if args.only in (None, "timeline"):
+        timeline(exp, args.experiment, out_root, binary, dry_run)
+    if args.only in (None, "cpu"):
+        cpu(exp, args.experiment, out_root, binary, dry_run)
+
+
+def launcher():
+    launch = runner.Launcher(__doc__, folder, runs={"run": lambda args: run_parts(args, args.psar)},
+                             reports={"dry": lambda args: run_parts(args, dry_run=True)},
+                             flags={"--dry-run": ("dry", "print the commands only")},
+                             out_help="the experiment's folder (default: RESULTS/<experiment.name>)")
+    ap = launch.parser
     ap.add_argument("experiment", nargs="?",
                     default=os.path.join(ROOT, "experiments", "overlap.yaml"))
     ap.add_argument("--results", help="default: runs/, or results/ with --reference")
-    runner.add_output_flags(ap)
     ap.add_argument("--only", choices=["modes", "buckets", "timeline", "cpu"], help="run one part")
     ap.add_argument("--quick", action="store_true", help="one repeat, 8 steps: a smoke test")
-    ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     ap.add_argument("--backends", help="modes: these backends (comma-separated) instead of the "
                                        "experiment's")
     ap.add_argument("--name", help="results folder name instead of experiment.name")
-    args = ap.parse_args()
-    exp = report.load(args.experiment, "overlap")
-    out_root = os.path.join(args.results or runner.output_root(args),
-                            args.name or exp["experiment"]["name"])
-    os.makedirs(out_root, exist_ok=True)
-    binary = None if args.dry_run else runner.psar_binary()
-    if not args.dry_run:
-        state = runner.begin(out_root, args.exploratory, binary, reference=args.reference)
-    if args.only in (None, "modes"):
-        modes(exp, args.experiment, out_root, binary, args.quick, args.dry_run,
-              args.backends.split(",") if args.backends else None)
-    if args.only in (None, "buckets"):
-        buckets(exp, args.experiment, out_root, binary, args.quick, args.dry_run)
-    if args.only in (None, "timeline"):
-        timeline(exp, args.experiment, out_root, binary, args.dry_run)
-    if args.only in (None, "cpu"):
-        cpu(exp, args.experiment, out_root, binary, args.dry_run)
-    if not args.dry_run:
-        runner.record_provenance(out_root, state)
+    return launch
 
 
 if __name__ == "__main__":
-    runner.main_guard("overlap.py", main)
+    runner.main_guard("overlap.py", launcher().main)

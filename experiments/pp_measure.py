@@ -19,7 +19,6 @@ of pp_bubble_m pp_interleaved_m pp_bubble_p pp_interleaved_p pp_activation
 pp_mlp pp_mlp_p4 pp_gpt pp_gpt_p4 pp_timeline. Runs at nice -10 when allowed (root).
 """
 
-import argparse
 import os
 import shutil
 import sys
@@ -78,37 +77,42 @@ def run_point(cmd, out, quiet, tries, wait):
     return best[0]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("experiments", nargs="*", default=EXPERIMENTS)
-    ap.add_argument("--quiet", type=float, default=10.0, help="CPU pressure limit, percent")
-    ap.add_argument("--tries", type=int, default=3)
-    ap.add_argument("--wait", type=float, default=600, help="seconds to wait for quiet per try")
-    ap.add_argument("--results", help="default: runs/, or results/ with --reference")
-    runner.add_output_flags(ap)
-    args = ap.parse_args()
-    args.results = args.results or runner.output_root(args)
-    binary = runner.psar_binary()
-    state = runner.begin(args.results, args.exploratory, binary, reference=args.reference)
+def measure(args):
+    """Every experiment, each folder's provenance recorded as soon as it is
+    complete, then pp_report.py over them."""
     nice = ["nice", "-n", "-10"] if os.geteuid() == 0 else []
     for name in args.experiments:
         path = os.path.join(HERE, name + ".yaml")
         exp = report.load(path, "train")
-        out_root = os.path.join(args.results, exp["experiment"]["name"])
+        out_root = os.path.join(args.out, exp["experiment"]["name"])
         os.makedirs(out_root, exist_ok=True)
-        state.update(runner.machine_state())
+        args.state.update(runner.machine_state())
         points = runner.points(exp)
         for i, point in enumerate(points, 1):
             out = os.path.join(out_root, point.name)
-            cmd = nice + runner.train_command(binary, path, out, point, ["--quiet"])
+            cmd = nice + runner.train_command(args.psar, path, out, point, ["--quiet"])
             print(f"[{name} {i}/{len(points)}] {point.name}", flush=True)
             run_point(cmd, out, args.quiet, 1 if name in COMPUTE_BOUND else args.tries, args.wait)
         write_csv(os.path.join(out_root, "summary.csv"),
                   runner.summary_rows(exp, out_root, points))
-        runner.record_provenance(out_root, state)
-    runner.run([sys.executable, os.path.join(HERE, "pp_report.py"), "--results", args.results],
+        args.record(out_root)
+    runner.run([sys.executable, os.path.join(HERE, "pp_report.py"), "--results", args.out],
                stream=True)
+    return []
+
+
+def launcher():
+    launch = runner.Launcher(__doc__, "", runs={"measure": measure},
+                             out_help="the folder of the experiment folders (default: runs/, "
+                                      "or results/ with --reference)")
+    ap = launch.parser
+    ap.add_argument("experiments", nargs="*", default=EXPERIMENTS)
+    ap.add_argument("--quiet", type=float, default=10.0, help="CPU pressure limit, percent")
+    ap.add_argument("--tries", type=int, default=3)
+    ap.add_argument("--wait", type=float, default=600, help="seconds to wait for quiet per try")
+    ap.add_argument("--results", dest="out", help="the same as --out")
+    return launch
 
 
 if __name__ == "__main__":
-    runner.main_guard("pp_measure.py", main)
+    runner.main_guard("pp_measure.py", launcher().main)

@@ -12,9 +12,7 @@ Writes runs/pp_schedules, or results/pp_schedules with --reference;
 python3 -m psar_exp check holds the README's tables and grids.txt to psar.
 """
 
-import argparse
 import os
-import sys
 
 from psar_exp import runner
 from psar_exp.io import md_table as table
@@ -124,29 +122,29 @@ def regenerate(folder, results=None):
     return tables(runner.psar_binary())[0]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--psar", default=None, help="default: $PSAR_BIN, else build/trainer/psar")
-    ap.add_argument("--out", help="default: runs/pp_schedules, or results/pp_schedules with --reference")
-    runner.add_output_flags(ap)
-    args = ap.parse_args()
-    args.out = args.out or os.path.join(runner.output_root(args), "pp_schedules")
-    psar = runner.psar_binary(args.psar)
-    state = runner.begin(args.out, args.exploratory, psar, reference=args.reference)
-    os.makedirs(args.out, exist_ok=True)
-
-    texts, bad = tables(psar)
+def write_tables(args):
+    """The tables, the grids and one PNG per schedule; args.bad: whether a
+    table broke its check."""
+    texts, args.bad = tables(args.psar)
     update_readme(args.out, {"tables": texts.pop("README.md#tables")})
     for name, text in texts.items():
         write_text(os.path.join(args.out, name), text)
-    runner.record_provenance(args.out, state)
     for kind in SCHEDULES:
         png = os.path.join(args.out, f"{kind}_p4_m8.png")
-        run(psar, kind, 4, 8, kind_v(kind, 2), extra=("--png", png))
+        run(args.psar, kind, 4, 8, kind_v(kind, 2), extra=("--png", png))
         os.remove(os.path.splitext(png)[0] + ".json")
     print(f"wrote {args.out}/README.md, grids.txt and {len(SCHEDULES)} PNGs")
-    return 1 if bad else 0
+
+
+def launcher():
+    return runner.Launcher(__doc__, "pp_schedules", runs={"tables": write_tables})
+
+
+def main():
+    """Exit status 1 when a table broke its check."""
+    args = launcher().main()
+    return 1 if args.bad else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    runner.main_guard("pp_schedule_tables.py", main)

@@ -20,7 +20,6 @@ same plain ZeroMQ echo of the same messages, so (curve / echo) / (plain /
 echo) cancels the load the two runs saw differently.
 """
 
-import argparse
 import fcntl
 import os
 import statistics
@@ -61,13 +60,13 @@ def hold_measure_lock(wait_s):
     return f
 
 
-def measure(out, repeats, lock_wait, state):
-    psar = runner.psar_binary()
-    os.makedirs(out, exist_ok=True)
-    lock = hold_measure_lock(lock_wait)  # noqa: F841 (held while measuring)
-    rows, notes = [], [f"commit {runner.commit()}"]
+def measure(args):
+    """Every repeat, plain and curve, then the README's table."""
+    out, psar = args.out, args.psar
+    lock = hold_measure_lock(args.lock_wait)  # noqa: F841 (held while measuring)
+    rows, notes = [], [f"commit {args.state['commit']}"]
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(repeats):
+        for r in range(args.repeats):
             order = ["none", "curve"] if r % 2 == 0 else ["curve", "none"]
             for security in order:
                 csv = os.path.join(tmp, f"{r}_{security}.csv")
@@ -78,7 +77,7 @@ def measure(out, repeats, lock_wait, state):
     notes += ["after the runs:"] + runner.machine_lines()
     write_csv(os.path.join(out, "bench.csv"), rows)
     write_text(os.path.join(out, "machine.txt"), "\n".join(notes) + "\n")
-    return state
+    write_readme(out)
 
 
 def table(out):
@@ -112,7 +111,7 @@ def human(size):
     return f"{size} B"
 
 
-def write_readme(out, before):
+def write_readme(out):
     text, repeats = table(out)
     command = " ".join(["experiments/ps_curve.py", "--repeats", str(repeats)])
     readme = f"""# The cost of an encrypted, authenticated parameter server
@@ -135,8 +134,6 @@ and `uptime` / `vmstat 1 3` before each run and after the last).
 {text}<!-- generated:end -->
 """
     write_text(os.path.join(out, "README.md"), readme)
-    if before is not None:
-        runner.record_provenance(out, before)
 
 
 def regenerate(folder, results=None):
@@ -144,30 +141,29 @@ def regenerate(folder, results=None):
     return {"README.md#table": table(folder)[0]}
 
 
+def table_only(args):
+    """The README again from bench.csv, keeping the provenance the measuring
+    run recorded."""
+    with open(os.path.join(args.out, "README.md")) as f:
+        kept = f.read().split(runner.PROVENANCE_BEGIN, 1)
+    write_readme(args.out)
+    if len(kept) == 2:
+        with open(os.path.join(args.out, "README.md"), "a") as f:
+            f.write("\n" + runner.PROVENANCE_BEGIN + kept[1])
+
+
+def launcher():
+    launch = runner.Launcher(__doc__, "ps_curve", runs={"measure": measure},
+                             reports={"table": table_only},
+                             flags={"--table-only": ("table", "only rewrite README.md from bench.csv")})
+    launch.parser.add_argument("--repeats", type=int, default=5)
+    launch.parser.add_argument("--lock-wait", type=float, default=1800,
+                               help="seconds to wait for the lock")
+    return launch
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", help="default: runs/ps_curve, or results/ps_curve with --reference")
-    ap.add_argument("--table-only", action="store_true", help="only rewrite README.md from bench.csv")
-    ap.add_argument("--lock-wait", type=float, default=1800, help="seconds to wait for the lock")
-    runner.add_output_flags(ap)
-    args = ap.parse_args()
-    args.out = args.out or os.path.join(runner.output_root(args), "ps_curve")
-    before = None
-    if not args.table_only:
-        psar = runner.psar_binary()
-        state = runner.begin(args.out, args.exploratory, psar, reference=args.reference)
-        before = measure(args.out, args.repeats, args.lock_wait, state)
-    if args.table_only:
-        # Keep the provenance the measuring run recorded.
-        with open(os.path.join(args.out, "README.md")) as f:
-            kept = f.read().split(runner.PROVENANCE_BEGIN, 1)
-        write_readme(args.out, None)
-        if len(kept) == 2:
-            with open(os.path.join(args.out, "README.md"), "a") as f:
-                f.write("\n" + runner.PROVENANCE_BEGIN + kept[1])
-    else:
-        write_readme(args.out, before)
+    args = launcher().main()
     print(f"ps_curve.py: {args.out}/README.md")
 
 

@@ -29,7 +29,6 @@ A point's ratio is ps-lite's time over psar's in the same run r; the table
 gives the median over runs and every run's ratio.
 """
 
-import argparse
 import os
 import re
 import shutil
@@ -188,7 +187,7 @@ def regenerate(folder, results=None):
     return {"README.md#table": table, "README.md#machine": state}
 
 
-def write_readme(out, state):
+def write_readme(out):
     from psar_exp.generated import fill_blocks
     path = os.path.join(out, "README.md")
     if not os.path.exists(path):
@@ -199,29 +198,26 @@ def write_readme(out, state):
         text = f.read()
     blocks = regenerate(out)
     write_text(path, fill_blocks(text, {k.split("#")[1]: v for k, v in blocks.items()}, path))
-    if state is not None:
-        runner.record_provenance(out, state)
+
+
+def take_in_and_write(args):
+    if not args.source:
+        raise runner.RunError("give the measuring session's folder, or --table-only")
+    take_in(args.source, os.path.join(args.out, "data"))
+    write_readme(args.out)
+
+
+def launcher():
+    launch = runner.Launcher(__doc__, NAME, runs={"take_in": take_in_and_write},
+                             reports={"table": lambda args: write_readme(args.out)},
+                             flags={"--table-only": ("table", "only rewrite the README's tables "
+                                                              "from the committed data")})
+    launch.parser.add_argument("source", nargs="?", help="the measuring session's folder")
+    return launch
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("source", nargs="?", help="the measuring session's folder")
-    ap.add_argument("--out", help=f"default: runs/{NAME}, or results/{NAME} with --reference")
-    ap.add_argument("--table-only", action="store_true",
-                    help="only rewrite the README's tables from the committed data")
-    runner.add_output_flags(ap)
-    args = ap.parse_args()
-    args.out = args.out or os.path.join(runner.output_root(args), NAME)
-    if args.table_only:
-        write_readme(args.out, None)
-    else:
-        if not args.source:
-            ap.error("give the measuring session's folder, or --table-only")
-        psar = runner.psar_binary()
-        state = runner.begin(args.out, args.exploratory, psar, reference=args.reference)
-        take_in(args.source, os.path.join(args.out, "data"))
-        write_readme(args.out, state)
+    args = launcher().main()
     print(f"ps_lite.py: {args.out}/README.md")
 
 

@@ -24,7 +24,6 @@ into N chunks). `mpi` is invisible to psar's counters.
 --quick runs N = 1, 2 and fewer steps (a smoke test of the script).
 """
 
-import argparse
 import os
 import re
 import shutil
@@ -414,48 +413,55 @@ def consistency(exp, exp_path, out_root, binary, quick, dry_run):
     fig.savefig(os.path.join(out_root, "consistency.png"), dpi=110)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def folder(args):
+    """--name or experiment.name, under --results when given."""
+    name = args.name or runner.experiment(args, "ps_vs_allreduce")["experiment"]["name"]
+    return runner.under_results(args, name)
+
+
+def replot(args):
+    """scaling.png again from scaling.csv."""
+    rows = read_csv(os.path.join(args.out, "scaling.csv"))
+    for r in rows:
+        r.update(workers=int(r["workers"]), step_ms=float(r["step_ms"]),
+                 sync_ms=float(r["sync_ms"]),
+                 busiest_bytes_per_step=int(r["busiest_bytes_per_step"]))
+    plot_scaling(rows, os.path.join(args.out, "scaling.png"), model_params(rows))
+
+
+def run_parts(args, binary=None, dry_run=False):
+    """The parts --only names (default: both), or with dry_run their commands."""
+    exp, out_root = runner.experiment(args, "ps_vs_allreduce"), args.out
+    if dry_run:
+        os.makedirs(out_root, exist_ok=True)
+    if args.only != "consistency":
+        scaling(exp, args.experiment, out_root, binary, args.quick, dry_run, args.set,
+                args.networks.split(",") if args.networks else None)
+    if args.only != "scaling":
+        consistency(exp, args.experiment, out_root, binary, args.quick, dry_run)
+
+
+def launcher():
+    launch = runner.Launcher(
+        __doc__, folder, runs={"run": lambda args: run_parts(args, args.psar)},
+        reports={"dry": lambda args: run_parts(args, dry_run=True), "replot": replot},
+        flags={"--dry-run": ("dry", "print the commands only"),
+               "--replot": ("replot", "redraw scaling.png from scaling.csv without running "
+                                      "anything")},
+        out_help="the experiment's folder (default: RESULTS/<experiment.name>)")
+    ap = launch.parser
     ap.add_argument("experiment", nargs="?",
                     default=os.path.join(ROOT, "experiments", "ps_vs_allreduce.yaml"))
     ap.add_argument("--results", help="default: runs/, or results/ with --reference")
-    runner.add_output_flags(ap)
     ap.add_argument("--quick", action="store_true", help="N = 1, 2 and 8 steps: a smoke test")
-    ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     ap.add_argument("--only", choices=["scaling", "consistency"], help="run one part")
-    ap.add_argument("--replot", action="store_true",
-                    help="redraw scaling.png from scaling.csv without running anything")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="scaling: a config override for every point (e.g. sync.overlap=true)")
     ap.add_argument("--networks", help="scaling: these networks (comma-separated) instead of "
                                        "the experiment's")
     ap.add_argument("--name", help="results folder name instead of experiment.name")
-    args = ap.parse_args()
-    exp = report.load(args.experiment, "ps_vs_allreduce")
-    out_root = os.path.join(args.results or runner.output_root(args),
-                            args.name or exp["experiment"]["name"])
-    os.makedirs(out_root, exist_ok=True)
-    if args.replot:
-        rows = read_csv(os.path.join(out_root, "scaling.csv"))
-        for r in rows:
-            r.update(workers=int(r["workers"]), step_ms=float(r["step_ms"]),
-                     sync_ms=float(r["sync_ms"]),
-                     busiest_bytes_per_step=int(r["busiest_bytes_per_step"]))
-        M = model_params(rows)
-        plot_scaling(rows, os.path.join(out_root, "scaling.png"), M)
-        return
-    binary = None if args.dry_run else runner.psar_binary()
-    if not args.dry_run:
-        state = runner.begin(out_root, args.exploratory, binary, reference=args.reference)
-    if args.only != "consistency":
-        scaling(exp, args.experiment, out_root, binary, args.quick, args.dry_run, args.set,
-                args.networks.split(",") if args.networks else None)
-    if args.only != "scaling":
-        consistency(exp, args.experiment, out_root, binary, args.quick, args.dry_run)
-    if not args.dry_run:
-        runner.record_provenance(out_root, state)
+    return launch
 
 
 if __name__ == "__main__":
-    runner.main_guard("ps_vs_allreduce.py", main)
+    runner.main_guard("ps_vs_allreduce.py", launcher().main)

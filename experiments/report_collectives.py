@@ -23,7 +23,6 @@ span four decades), gamma held at the measured kernel rate; `mpi` is fitted
 to the ring's form (Open MPI picks its own algorithm).
 """
 
-import argparse
 import os
 import time
 
@@ -53,45 +52,53 @@ def regenerate(folder, results=None, experiment=None):
     return {"table.md": report_text(exp, folder, runner.psar_binary())}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def experiment(args):
+    """The experiment, a volume or a cost report."""
+    exp = runner.experiment(args)
+    if exp.get("report") not in ("volume", "cost"):
+        raise report.SchemaError(f"{args.experiment}: report: expected volume or cost")
+    return exp
+
+
+def measure(args):
+    """The benchmarks of the report, then its table."""
+    exp, out = experiment(args), args.out
+    if exp["report"] == "volume":
+        collectives.report_volume(exp, args.psar, out, args.high_priority)
+    else:
+        collectives.run_sweeps(exp, args.psar, out, args.high_priority)
+        collectives.run_forced_mpi(exp, args.psar, out, args.high_priority)
+        gamma = collectives.measure_gamma(args.bench_reduce, args.high_priority)
+        write_text(os.path.join(out, "gamma.txt"), f"{gamma:.6e}\n")
+        # The conditions of the runs, kept for --reuse.
+        write_text(os.path.join(out, "run_note.txt"),
+                   runner.provenance_text(args.state, args.high_priority) + "\n")
+    write_report(args)
+
+
+def write_report(args):
+    """table.md (and the cost report's plots) from the CSVs in args.out."""
+    exp, start = experiment(args), time.time()
+    psar = runner.psar_binary(args.psar)
+    if exp["report"] == "cost":
+        collectives.plot_cost(exp, args.out)
+    write_text(os.path.join(args.out, "table.md"), report_text(exp, args.out, psar))
+    print(f"report_collectives.py: {args.out}/table.md ({time.time() - start:.0f} s)")
+
+
+def launcher():
+    launch = runner.Launcher(__doc__, lambda args: experiment(args)["experiment"]["name"],
+                             runs={"measure": measure}, reports={"reuse": write_report},
+                             flags={"--reuse": ("reuse", "re-report from the CSVs in --out")},
+                             out_help="default runs/<experiment.name>, or results/... with "
+                                      "--reference")
+    ap = launch.parser
     ap.add_argument("experiment")
-    ap.add_argument("--psar", default=os.environ.get("PSAR_BIN", os.path.join(ROOT, "build", "trainer", "psar")))
     ap.add_argument("--bench-reduce", default=os.path.join(ROOT, "build", "bench", "bench_reduce"))
-    ap.add_argument("--out", help="default runs/<experiment.name>, or results/... with --reference")
-    ap.add_argument("--reuse", action="store_true", help="re-report from the CSVs in --out")
     ap.add_argument("--high-priority", action="store_true",
                     help="run the benchmarks at autogroup nice -19 (root; for a shared host)")
-    runner.add_output_flags(ap)
-    args = ap.parse_args()
-    exp = report.load(args.experiment)
-    kind = exp.get("report")
-    if kind not in ("volume", "cost"):
-        raise report.SchemaError(f"{args.experiment}: report: expected volume or cost")
-    psar = runner.psar_binary(args.psar)
-    out = args.out or os.path.join(runner.output_root(args), exp["experiment"]["name"])
-    if not args.reuse:
-        state = runner.begin(out, args.exploratory, psar, reference=args.reference)
-    os.makedirs(out, exist_ok=True)
-    start = time.time()
-    note_file = os.path.join(out, "run_note.txt")  # the conditions of the runs, kept for --reuse
-    if kind == "volume":
-        if not args.reuse:
-            collectives.report_volume(exp, psar, out, args.high_priority)
-            runner.record_provenance(out, state)
-    else:
-        gamma_file = os.path.join(out, "gamma.txt")
-        if not args.reuse:
-            collectives.run_sweeps(exp, psar, out, args.high_priority)
-            collectives.run_forced_mpi(exp, psar, out, args.high_priority)
-            gamma = collectives.measure_gamma(args.bench_reduce, args.high_priority)
-            write_text(gamma_file, f"{gamma:.6e}\n")
-            write_text(note_file, runner.provenance_text(state, args.high_priority) + "\n")
-            runner.record_provenance(out, state, args.high_priority)
-        collectives.plot_cost(exp, out)
-    write_text(os.path.join(out, "table.md"), report_text(exp, out, psar))
-    print(f"report_collectives.py: {out}/table.md ({time.time() - start:.0f} s)")
+    return launch
 
 
 if __name__ == "__main__":
-    runner.main_guard("report_collectives.py", main)
+    runner.main_guard("report_collectives.py", launcher().main)

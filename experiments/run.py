@@ -26,61 +26,75 @@ cluster instead (scripts/cluster.sh up first; docs/network.md), through
 `scripts/cluster.sh mpirun -np N [--per-host K] -- psar train ...`.
 """
 
-import argparse
 import os
 import shutil
 
-from psar_exp import report, runner
+from psar_exp import runner
 from psar_exp.io import write_csv
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("experiment")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override passed to every point")
-    ap.add_argument("--results", help="the folder of the experiment folders (default: runs/, "
-                                      "or results/ with --reference)")
-    runner.add_output_flags(ap)
-    ap.add_argument("--np", type=int, help="world size for every point (overrides experiment.ranks)")
-    ap.add_argument("--dry-run", action="store_true", help="print the commands only")
-    ap.add_argument("--cluster", action="store_true",
-                    help="run every point on the virtual cluster (scripts/cluster.sh)")
-    ap.add_argument("--per-host", type=int, help="with --cluster: ranks per host")
-    ap.add_argument("--cluster-name", help="with --cluster: the cluster's --name")
-    args = ap.parse_args()
+def experiment(args):
+    """The experiment, and its points in args.points."""
+    if not hasattr(args, "points"):
+        if (args.per_host or args.cluster_name) and not args.cluster:
+            raise runner.RunError("--per-host and --cluster-name go with --cluster")
+        args.points = runner.points(runner.experiment(args, "train"), args.np, args.set)
+    return args.exp
 
-    exp = report.load(args.experiment, "train")
+
+def folder(args):
+    """<experiment.name>, under --results when given."""
+    exp = experiment(args)
     name = exp["experiment"]["name"] or os.path.splitext(os.path.basename(args.experiment))[0]
-    points = runner.points(exp, args.np, args.set)
-    out_root = os.path.join(args.results or runner.output_root(args), name)
-    binary = "psar" if args.dry_run else runner.psar_binary()
-    if (args.per_host or args.cluster_name) and not args.cluster:
-        raise runner.RunError("--per-host and --cluster-name go with --cluster")
-    cluster = {"per_host": args.per_host, "name": args.cluster_name} if args.cluster else None
+    return runner.under_results(args, name)
 
-    if not args.dry_run:
-        state = runner.begin(out_root, args.exploratory, binary, reference=args.reference)
-        os.makedirs(out_root, exist_ok=True)
-    for i, point in enumerate(points, 1):
-        out = os.path.join(out_root, point.name)
-        cmd = runner.train_command(binary, args.experiment, out, point, cluster=cluster)
-        print(f"[{i}/{len(points)}] {point.name}: {' '.join(cmd)}", flush=True)
-        if args.dry_run:
-            continue
+
+def commands(args, binary):
+    """(point, run directory, command) of every point."""
+    cluster = {"per_host": args.per_host, "name": args.cluster_name} if args.cluster else None
+    for point in args.points:
+        out = os.path.join(args.out, point.name)
+        yield point, out, runner.train_command(binary, args.experiment, out, point, cluster=cluster)
+
+
+def dry_run(args):
+    experiment(args)
+    for i, (point, _, cmd) in enumerate(commands(args, "psar"), 1):
+        print(f"[{i}/{len(args.points)}] {point.name}: {' '.join(cmd)}", flush=True)
+
+
+def run_points(args):
+    exp = experiment(args)
+    for i, (point, out, cmd) in enumerate(commands(args, args.psar), 1):
+        print(f"[{i}/{len(args.points)}] {point.name}: {' '.join(cmd)}", flush=True)
         if os.path.isdir(out):
             shutil.rmtree(out)  # a point's directory always holds one complete run
         rc = runner.launch(cmd, stream=True, echo=False).returncode
         if rc != 0:
             raise runner.RunError(f"point {point.name} failed (exit code {rc}); results so far "
-                                  f"in {out_root}")
+                                  f"in {args.out}")
+    rows = runner.summary_rows(exp, args.out, args.points)
+    write_csv(os.path.join(args.out, "summary.csv"), rows)
+    print(f"run.py: {len(rows)} run(s) -> {args.out}/summary.csv")
 
-    if not args.dry_run:
-        rows = runner.summary_rows(exp, out_root, points)
-        write_csv(os.path.join(out_root, "summary.csv"), rows)
-        runner.record_provenance(out_root, state)
-        print(f"run.py: {len(rows)} run(s) -> {out_root}/summary.csv")
+
+def launcher():
+    launch = runner.Launcher(__doc__, folder, runs={"run": run_points}, reports={"dry": dry_run},
+                             flags={"--dry-run": ("dry", "print the commands only")},
+                             out_help="the experiment's folder (default: RESULTS/<experiment.name>)")
+    ap = launch.parser
+    ap.add_argument("experiment")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override passed to every point")
+    ap.add_argument("--results", help="the folder of the experiment folders (default: runs/, "
+                                      "or results/ with --reference)")
+    ap.add_argument("--np", type=int, help="world size for every point (overrides experiment.ranks)")
+    ap.add_argument("--cluster", action="store_true",
+                    help="run every point on the virtual cluster (scripts/cluster.sh)")
+    ap.add_argument("--per-host", type=int, help="with --cluster: ranks per host")
+    ap.add_argument("--cluster-name", help="with --cluster: the cluster's --name")
+    return launch
 
 
 if __name__ == "__main__":
-    runner.main_guard("run.py", main)
+    runner.main_guard("run.py", launcher().main)

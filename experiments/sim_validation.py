@@ -28,7 +28,6 @@ parameter server, TP all-reduces, transfers, the schedule's replay — is the
 simulator's. A row outside 10 % is reported with its reason, not tuned.
 """
 
-import argparse
 import csv
 import fcntl
 import json
@@ -40,9 +39,8 @@ import time
 from psar_exp import ROOT
 from psar_exp.generated import fill_blocks
 from psar_exp.io import csv_text, md_table, read_csv, write_text
-from psar_exp.runner import (RunError, add_output_flags, begin, cpu_times, machine_state,
-                              main_guard, mpirun_prefix, output_root, psar_binary,
-                              record_provenance, run, steal_share)
+from psar_exp.runner import (Launcher, RunError, cpu_times, machine_state, main_guard,
+                              mpirun_prefix, psar_binary, run, steal_share)
 
 RUNS = "validation_runs"  # under the output folder: runs/simulate, or results/simulate
 SIM_CONFIG = os.path.join(ROOT, "experiments", "simulate", "validation_gpt_dp.yaml")
@@ -94,15 +92,11 @@ def sets_args(sets):
     return args
 
 
-def out_folder(args):
-    return os.path.join(output_root(args), "simulate")
-
-
 def measure(args):
-    psar = psar_binary()
-    out_root = out_folder(args)
-    prov = begin(out_root, args.exploratory, psar, reference=args.reference)
-    runs = os.path.join(out_root, RUNS)
+    """Every row asked for, in batches that each hold the measurement lock;
+    the provenance goes to the runs' folder, with the machine state before
+    the first batch."""
+    psar, runs = args.psar, os.path.join(args.out, RUNS)
     wanted = set(args.rows.split(",")) if args.rows else None
     todo = [r for r in rows() if wanted is None or r[0] in wanted]
     os.makedirs(runs, exist_ok=True)
@@ -146,7 +140,8 @@ def measure(args):
                    "`/usr/bin/python3 experiments/sim_validation.py measure` (results/simulate/"
                    "validation.md): one folder per row, r0, r1 the repeats; runs.json holds each "
                    "row's command and the load before and after it.\n")
-    record_provenance(runs, {**prov, **first})
+    args.state.update(first or {})
+    return [runs]
 
 
 def simulate(psar, sets):
@@ -346,10 +341,22 @@ def regenerate(folder, results=None):
     return validation(folder, psar_binary())
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    m = sub.add_parser("measure")
+def report(args):
+    for name, text in validation(args.out, psar_binary(args.psar)).items():
+        write_text(os.path.join(args.out, name), text)
+    with open(os.path.join(args.out, "validation.csv")) as f:
+        plot(list(csv.DictReader(f)), os.path.join(args.out, "validation.png"))
+
+
+def list_rows(args):
+    for r in rows():
+        print(r[0], r[2], " ".join(r[3]))
+
+
+def launcher():
+    launch = Launcher(__doc__, "simulate", runs={"measure": measure},
+                      reports={"report": report, "list": list_rows})
+    m = launch.parser.add_argument_group("measure")
     m.add_argument("--rows", default="", help="comma-separated row names (default: all)")
     m.add_argument("--lock", default=LOCK,
                    help="the measurement lock to hold per batch ('': the caller holds it, "
@@ -357,22 +364,8 @@ def main():
     m.add_argument("--repeat", type=int, default=2, help="runs per row")
     m.add_argument("--batch-s", type=float, default=540,
                    help="seconds after which a batch releases the measurement lock")
-    add_output_flags(m)
-    add_output_flags(sub.add_parser("report"))
-    sub.add_parser("list")
-    args = ap.parse_args()
-    if args.cmd == "measure":
-        measure(args)
-    elif args.cmd == "report":
-        out_root = out_folder(args)
-        for name, text in validation(out_root, psar_binary()).items():
-            write_text(os.path.join(out_root, name), text)
-        with open(os.path.join(out_root, "validation.csv")) as f:
-            plot(list(csv.DictReader(f)), os.path.join(out_root, "validation.png"))
-    else:
-        for r in rows():
-            print(r[0], r[2], " ".join(r[3]))
+    return launch
 
 
 if __name__ == "__main__":
-    main_guard("sim_validation", main)
+    main_guard("sim_validation", launcher().main)

@@ -15,7 +15,6 @@ hardware's. Nothing is refitted here.
 usage: experiments/simulate_published.py [--reference] [--out DIR]
 """
 
-import argparse
 import csv
 import json
 import os
@@ -25,8 +24,7 @@ import yaml
 
 from psar_exp import ROOT
 from psar_exp.io import md_table, write_text
-from psar_exp.runner import add_output_flags, begin, launch, main_guard, output_root, psar_binary, \
-    record_provenance
+from psar_exp.runner import Launcher, launch, main_guard
 
 CONFIGS = os.path.join(ROOT, "experiments", "simulate")
 DATA = os.path.join(CONFIGS, "published.csv")
@@ -211,16 +209,8 @@ def regenerate(folder, results):
     return {"table.md": render(folder)}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="default: runs/simulate/published, or results/simulate/"
-                                  "published with --reference")
-    add_output_flags(ap)
-    args = ap.parse_args()
-    args.out = args.out or os.path.join(output_root(args), "simulate", "published")
-    psar = psar_binary()
-    state = begin(args.out, args.exploratory, psar, reference=args.reference)
-    os.makedirs(args.out, exist_ok=True)
+def predict(args):
+    psar = args.psar
     out_rows = []
     for row in load_data():
         r = simulate(psar, row)
@@ -240,8 +230,11 @@ def main():
                "row of experiments/simulate/published.csv (source, configuration, published, "
                "predicted, error, target) and the constants with their provenance; rows.csv: "
                "the same predictions with the step's bubble and exposed data-parallel sync.\n")
-    record_provenance(args.out, state)
+
+
+def launcher():
+    return Launcher(__doc__, os.path.join("simulate", "published"), runs={"predict": predict})
 
 
 if __name__ == "__main__":
-    main_guard("simulate_published", main)
+    main_guard("simulate_published", launcher().main)

@@ -16,7 +16,6 @@ kernels at its memory bandwidth (A100 2039 GB/s, H100 3350 GB/s).
 usage: experiments/simulate_tables.py [--out results/simulate]
 """
 
-import argparse
 import json
 import os
 import tempfile
@@ -24,8 +23,7 @@ import time
 
 from psar_exp import ROOT
 from psar_exp.io import md_table, write_text
-from psar_exp.runner import (add_output_flags, begin, output_root, psar_binary,
-                              record_provenance, run)
+from psar_exp.runner import Launcher, main_guard, run
 
 CONFIGS = os.path.join(ROOT, "experiments", "simulate")
 CALIBRATION_ROW = "megatron_145p6b"
@@ -84,19 +82,12 @@ def gpt(layers, hidden, heads, nodes, t, p, batch, b, schedule="1f1b", v=1, sg=F
             f"parallel.scatter_gather={'true' if sg else 'false'}"]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="default: runs/simulate, or results/simulate with --reference")
-    add_output_flags(ap)
-    args = ap.parse_args()
-    args.out = args.out or os.path.join(output_root(args), "simulate")
-    psar = psar_binary()
-    state = begin(args.out, args.exploratory, psar, reference=args.reference)
-    os.makedirs(args.out, exist_ok=True)
+def simulate_all(args):
+    psar = args.psar
     paper_cal = next(r[6] for r in MEGATRON if r[0] == CALIBRATION_ROW)
     eff = calibrate(psar, paper_cal)
     cal = [f"cluster.gpu.gemm_efficiency={eff:.6f}"]
-    commit = (state["commit"] or "unknown")[:12]
+    commit = (args.state["commit"] or "unknown")[:12]
 
     # Megatron-LM's weak-scaling table.
     rows, worst = [], 0.0
@@ -182,7 +173,10 @@ def main():
                "memory-bound kernels, which make a GPU's rate depend on the GEMM sizes and the "
                "hidden size. The validation against psar's own runs is validation.md, by "
                "experiments/sim_validation.py.\n")
-    record_provenance(args.out, state)
+
+
+def launcher():
+    return Launcher(__doc__, "simulate", runs={"simulate": simulate_all})
 
 
 def plot(points, path):
@@ -328,4 +322,4 @@ def scale(psar, cal, out):
 
 
 if __name__ == "__main__":
-    main()
+    main_guard("simulate_tables.py", launcher().main)

@@ -270,12 +270,16 @@ def regenerate(folder, results=None):
     return {f"README.md#{k}": v for k, v in blocks.items()}
 
 
-def main():
+def launcher():
     launch = runner.Launcher(__doc__, "spare_servers", runs={"measure": measure},
                              reports={"report": lambda args: write_readme(args.out, args.psar)})
     launch.parser.add_argument("--reps", type=int, default=3)
     launch.parser.add_argument("--no-cluster", action="store_true", help="the emulator only")
-    args = launch.main()
+    return launch
+
+
+def main():
+    args = launcher().main()
     print(f"spare_servers.py: {args.out}/README.md")
 
 

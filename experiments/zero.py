@@ -49,13 +49,22 @@ YAML = os.path.join(ROOT, "experiments", "zero.yaml")
 NETS = [("1gbit", "1Gbit"), ("10gbit", "10Gbit")]
 LATENCY = "20us"
 STEP_RANKS = [4, 8]
+# Stage 2's reduce-scatter buckets (whole layers, sync.bucket_bytes) in the
+# step parts: without overlap one bucket of the whole 3.2 MB model (DeepSpeed's
+# default reduce_bucket_size of 5e8 elements would make it one too); with
+# overlap two (the head and the upper two blocks, then the rest), so that
+# the first crosses the wire during the lower blocks' backward — ZeRO-0's
+# overlap at the same size beside it. (The memory runs keep zero.yaml's
+# 256K: each layer a bucket of its own, its buffer the smallest.)
+WHOLE_MODEL_BUCKET = "sync.bucket_bytes=4M"
+OVERLAP_BUCKET = "sync.bucket_bytes=2M"
 # name -> the --set list of the variant
 VARIANTS = {
     "zero0": ["sync.zero=0"],
     "zero1": ["sync.zero=1"],
-    "zero2": ["sync.zero=2"],
-    "zero0_overlap": ["sync.zero=0", "sync.overlap=true"],
-    "zero2_overlap": ["sync.zero=2", "sync.overlap=true"],
+    "zero2": ["sync.zero=2", WHOLE_MODEL_BUCKET],
+    "zero0_overlap": ["sync.zero=0", "sync.overlap=true", OVERLAP_BUCKET],
+    "zero2_overlap": ["sync.zero=2", "sync.overlap=true", OVERLAP_BUCKET],
     "zero3": ["sync.zero=3"],
     "zero3_prefetch": ["sync.zero=3", "sync.overlap=true"],
 }
@@ -378,8 +387,10 @@ def tables(folder):
     if os.path.exists(st):
         parts += ["\n## Step time at an emulated network (steps.csv)\n\n"
                   f"The slowest rank's step (median over the steps after the first two, then "
-                  f"over the repetitions), ring, net.latency {LATENCY}. Target: stage 1 and 2 "
-                  "≤ 1.05× ZeRO-0.\n\n", step_table(read_csv(st))]
+                  f"over the repetitions), ring, net.latency {LATENCY}. The variants' "
+                  "settings: " + "; ".join(f"{v} `{' '.join(VARIANTS[v])}`"
+                                           for v in STEP_PARTS["step"][0]) +
+                  ". Target: stage 1 and 2 ≤ 1.05× ZeRO-0.\n\n", step_table(read_csv(st))]
     if os.path.exists(st3):
         parts += ["\n## Stage 3 step time (steps3.csv)\n\n"
                   "As above, ZeRO-0 and stage 3 without and with prefetch taking turns. "

@@ -7,7 +7,7 @@
 namespace psar {
 
 std::vector<ArenaRange> plan_buckets(const std::vector<BucketTensor>& ready_order,
-                                     int64_t capacity) {
+                                     int64_t capacity, bool whole_tensors) {
   PSAR_CHECK(capacity >= 1, "bucket capacity of ", capacity, " floats");
   std::vector<ArenaRange> buckets;
   ArenaRange open{0, 0};
@@ -24,6 +24,10 @@ std::vector<ArenaRange> plan_buckets(const std::vector<BucketTensor>& ready_orde
     if (n == 0) continue;
     if (n > capacity) {  // alone too large: pieces of the capacity, from its end down
       close();
+      if (whole_tensors) {
+        buckets.push_back(t.range);
+        continue;
+      }
       for (int64_t end = t.range.end; end > t.range.begin; end -= capacity)
         buckets.push_back({std::max(t.range.begin, end - capacity), end});
       continue;

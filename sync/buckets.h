@@ -8,7 +8,9 @@
 // first — and a capacity. Buckets fill in that order; a tensor that does not
 // fit in the current bucket starts the next one; a bucket splits a tensor
 // only when the tensor alone exceeds the capacity (then into pieces of the
-// capacity, the last one shorter, each a bucket of its own). A tensor left
+// capacity, the last one shorter, each a bucket of its own; with
+// `whole_tensors` such a tensor is one bucket of its own instead, for a user
+// that maps each tensor into one buffer, ZeRO stage 2's layers). A tensor left
 // out (`skip`: the tied parameters, synced after their own reduction) closes
 // the bucket in progress, so every bucket is one contiguous range.
 
@@ -30,7 +32,7 @@ struct BucketTensor {
 
 // Buckets in launch order. capacity_floats >= 1.
 std::vector<ArenaRange> plan_buckets(const std::vector<BucketTensor>& ready_order,
-                                     int64_t capacity_floats);
+                                     int64_t capacity_floats, bool whole_tensors = false);
 
 // Cuts each bucket into chunks of at most chunk_floats (front_first's
 // preemption unit), keeping the buckets' order.

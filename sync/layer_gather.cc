@@ -6,6 +6,7 @@
 #include "core/errors.h"
 #include "core/ops.h"
 #include "core/timer.h"
+#include "sync/buckets.h"
 
 namespace psar {
 
@@ -39,11 +40,9 @@ LayerGather::LayerGather(Comm& group, ParamStore& store, std::vector<Range> laye
     at = range.second;
     Slot s;
     s.range = range;
-    for (int q = 0; q <= group_.size(); ++q) {
-      const int64_t b = q == group_.size() ? shard_.count : shard_.offset(q);
-      s.split.push_back(std::clamp(b, range.first, range.second) - range.first);
-    }
-    s.pair = make_sharded_collectives(options_.algorithm, options_.collectives);
+    s.split = owners_split(range);
+    if (options_.params_sharded)
+      s.pair = make_sharded_collectives(options_.algorithm, options_.collectives);
     s.deferred = std::any_of(deferred.begin(), deferred.end(), [&](const Range& d) {
       return d.first < range.second && range.first < d.second;
     });
@@ -51,12 +50,46 @@ LayerGather::LayerGather(Comm& group, ParamStore& store, std::vector<Range> laye
   }
   PSAR_CHECK(at == store.size(), "layer ranges cover ", at, " of the arena's ", store.size(),
              " floats");
+  // The reduce-scatters' buckets: stage 3 each layer, stage 2 the plan of
+  // whole layers in backward order (a deferred layer one of its own).
+  std::vector<Range> ranges;
+  std::vector<BucketTensor> backward;
+  for (auto s = slots_.rbegin(); s != slots_.rend(); ++s) {
+    if (options_.params_sharded || s->deferred) ranges.push_back(s->range);
+    else backward.push_back({{s->range.first, s->range.second}, false});
+  }
+  for (const ArenaRange& b : plan_buckets(backward, options_.bucket_floats, /*whole_tensors=*/true))
+    ranges.emplace_back(b.begin, b.end);
+  std::sort(ranges.begin(), ranges.end());
+  for (const Range& range : ranges) {
+    Bucket b;
+    b.range = range;
+    b.split = owners_split(range);
+    b.pair = make_sharded_collectives(options_.algorithm, options_.collectives);
+    for (Slot& s : slots_) {
+      if (s.range.first < range.first || s.range.second > range.second) continue;
+      s.bucket = buckets_.size();
+      b.deferred = b.deferred || s.deferred;
+      ++b.layers;
+    }
+    b.pending = b.layers;
+    buckets_.push_back(std::move(b));
+  }
   if (!options_.params_sharded) grad_shard_.resize(static_cast<size_t>(own_.second - own_.first));
   if (options_.prefetch) {
     // The thread shares the cores with the compute: its waits sleep rather than spin.
     group_.set_poll_sleep(kPollSleep);
     thread_ = std::thread([this] { loop(); });
   }
+}
+
+std::vector<int64_t> LayerGather::owners_split(Range range) const {
+  std::vector<int64_t> split;
+  for (int q = 0; q <= group_.size(); ++q) {
+    const int64_t b = q == group_.size() ? shard_.count : shard_.offset(q);
+    split.push_back(std::clamp(b, range.first, range.second) - range.first);
+  }
+  return split;
 }
 
 LayerGather::~LayerGather() {
@@ -118,9 +151,16 @@ void LayerGather::wait_for(std::unique_lock<std::mutex>& lock, const char* what,
 }
 
 void LayerGather::map(const Slot& s) {
+  const std::vector<float>& grads = buckets_[s.bucket].grads;  // stage 3: the layer's own
   store_.map(s.range.first, s.range.second,
              s.state == State::kGathered ? const_cast<float*>(s.params.data()) : nullptr,
-             s.grads.empty() ? nullptr : const_cast<float*>(s.grads.data()));
+             grads.empty() ? nullptr : const_cast<float*>(grads.data()));
+}
+
+void LayerGather::gradient_buffer(Bucket& b) {  // zero-filled: the backward adds into it
+  if (!b.grads.empty()) return;
+  b.grads.resize(static_cast<size_t>(b.range.second - b.range.first));
+  account(static_cast<int64_t>(b.grads.size()));
 }
 
 void LayerGather::queue_gather(size_t l, std::unique_lock<std::mutex>& lock) {
@@ -146,10 +186,7 @@ void LayerGather::acquire(size_t l, bool backward, int direction) {
   std::unique_lock<std::mutex> lock(mu_);
   Slot& s = slots_[l];
   if (s.state == State::kFree) queue_gather(l, lock);
-  if (backward && s.grads.empty()) {  // zero-filled: the backward adds into it
-    s.grads.resize(static_cast<size_t>(s.range.second - s.range.first));
-    account(static_cast<int64_t>(s.grads.size()));
-  }
+  if (backward) gradient_buffer(buckets_[s.bucket]);
   // The layer read next, on its way while this one computes.
   const auto next = static_cast<int64_t>(l) + direction;
   if (options_.prefetch && next >= 0 && next < static_cast<int64_t>(slots_.size()) &&
@@ -169,15 +206,14 @@ void LayerGather::need(int, int64_t begin, int64_t end) {
 
 void LayerGather::need_backward(int, int64_t begin, int64_t end) {
   const auto [first, last] = layers_in(begin, end);
-  if (!options_.params_sharded) {  // a zeroed gradient buffer, kept over the micro-batches
+  if (!options_.params_sharded) {  // the bucket's zeroed buffer, kept over the micro-batches
     std::lock_guard<std::mutex> lock(mu_);
     if (error_) std::rethrow_exception(error_);
     for (size_t l = first; l < last; ++l) {
-      Slot& s = slots_[l];
-      if (!s.grads.empty()) continue;
-      s.grads.resize(static_cast<size_t>(s.range.second - s.range.first));
-      account(static_cast<int64_t>(s.grads.size()));
-      store_.map_grads(s.range.first, s.range.second, s.grads.data());
+      Bucket& b = buckets_[slots_[l].bucket];
+      if (!b.grads.empty()) continue;
+      gradient_buffer(b);
+      store_.map_grads(b.range.first, b.range.second, b.grads.data());
     }
     return;
   }
@@ -208,18 +244,19 @@ void LayerGather::ready(int, int64_t begin, int64_t end) {
   const auto [first, last] = layers_in(begin, end);
   std::unique_lock<std::mutex> lock(mu_);
   for (size_t l = first; l < last; ++l) {
-    Slot& s = slots_[l];
-    PSAR_CHECK(!s.grads.empty(), "layer [", s.range.first, ", ", s.range.second,
-               ") reported final without a gradient buffer (no need_backward)");
-    if (s.deferred) continue;  // summed over its tied pair first: finish_step
-    submit({l, false}, lock);
+    const Slot& s = slots_[l];
+    Bucket& b = buckets_[s.bucket];
+    PSAR_CHECK(!b.grads.empty() && b.pending > 0, "layer [", s.range.first, ", ", s.range.second,
+               ") reported final without a gradient buffer (no need_backward), or twice");
+    if (--b.pending > 0 || b.deferred) continue;  // deferred: summed over its tied pair first
+    b.pending = b.layers;
+    submit({s.bucket, false}, lock);
   }
 }
 
 void LayerGather::run(Task task) {
-  Slot& s = slots_[task.layer];
-  if (task.gather) gather(s);
-  else reduce(s);
+  if (task.gather) gather(slots_[task.index]);
+  else reduce(buckets_[task.index]);
 }
 
 void LayerGather::gather(Slot& s) {
@@ -234,16 +271,16 @@ void LayerGather::gather(Slot& s) {
   cv_.notify_all();
 }
 
-void LayerGather::reduce(Slot& s) {
-  // No one writes the gradient buffer after ready(); map() still points the
-  // store at it until it is freed below (no one reads it either).
-  s.pair->reduce_scatter(group_, s.grads, s.split);
-  const int64_t lo = std::max(own_.first, s.range.first), hi = std::min(own_.second, s.range.second);
+void LayerGather::reduce(Bucket& b) {
+  // No one writes the gradient buffer after its last ready(); map() still
+  // points the store at it until it is freed below (no one reads it either).
+  b.pair->reduce_scatter(group_, b.grads, b.split);
+  const int64_t lo = std::max(own_.first, b.range.first), hi = std::min(own_.second, b.range.second);
   if (hi > lo && !options_.params_sharded) {  // stage 2: kept for the step after the backward
-    std::copy(s.grads.begin() + (lo - s.range.first), s.grads.begin() + (hi - s.range.first),
+    std::copy(b.grads.begin() + (lo - b.range.first), b.grads.begin() + (hi - b.range.first),
               grad_shard_.begin() + (lo - own_.first));
   } else if (hi > lo) {
-    float* g = s.grads.data() + (lo - s.range.first);
+    float* g = b.grads.data() + (lo - b.range.first);
     const auto n = static_cast<size_t>(hi - lo);
     if (group_.size() > 1) ops::scale(g, 1.0f / static_cast<float>(group_.size()), hi - lo);
     optimizer_.step_slice(lo - own_.first,
@@ -252,10 +289,10 @@ void LayerGather::reduce(Slot& s) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   stepped_ += std::max<int64_t>(0, hi - lo);
-  account(-static_cast<int64_t>(s.grads.size()));
-  // (Each layer's own entries of the store's table: the main thread maps others meanwhile.)
-  if (!options_.params_sharded) store_.map_grads(s.range.first, s.range.second, nullptr);
-  free_vector(s.grads);
+  account(-static_cast<int64_t>(b.grads.size()));
+  // (Each bucket's own entries of the store's table: the main thread maps others meanwhile.)
+  if (!options_.params_sharded) store_.map_grads(b.range.first, b.range.second, nullptr);
+  free_vector(b.grads);
   cv_.notify_all();
 }
 
@@ -292,17 +329,19 @@ int64_t LayerGather::finish_step() {
     // A prefetch the step did not use (the first layer's backward reads no
     // layer below it).
     if (s.users == 0 && s.state != State::kFree && !s.deferred) release_params(s);
-    PSAR_CHECK(s.users == 0 && (s.deferred || s.grads.empty()), "layer [", s.range.first, ", ",
+    const Bucket& b = buckets_[s.bucket];
+    PSAR_CHECK(s.users == 0 && (b.deferred || b.grads.empty()), "layer [", s.range.first, ", ",
                s.range.second, ") still ", s.users, " times in use, or its gradient never reported final");
   }
-  for (size_t l = 0; l < slots_.size(); ++l) {
-    Slot& s = slots_[l];
+  for (Bucket& b : buckets_) {
+    if (!b.deferred || b.grads.empty()) continue;
+    lock.unlock();
+    reduce(b);
+    lock.lock();
+    b.pending = b.layers;
+  }
+  for (Slot& s : slots_) {
     if (!s.deferred) continue;
-    if (!s.grads.empty()) {
-      lock.unlock();
-      reduce(s);
-      lock.lock();
-    }
     // Gathered for the tied copies (end_tied takes them back).
     if (!options_.params_sharded) continue;
     if (s.state == State::kFree) {

@@ -26,10 +26,17 @@
 //
 // Stage 2 (gradients sharded): the parameters stay whole in the store's
 // arena and only its gradient arena is released (ParamStore::release_grads).
-// need_backward(l) maps a zeroed gradient buffer for layer l, ready(l)
-// reduce-scatters it, copies the owned part into this rank's gradient
-// shard (P_r floats, grad_shard()) and frees it; need and done do nothing.
-// The owner steps its piece from the shard after the backward (ZeroSync).
+// Its reduce-scatters go by buckets of whole layers (DeepSpeed's
+// reduce_bucket_size): sync/buckets.h's plan of the layers in backward
+// order at `bucket_floats` (sync.bucket_bytes / 4), a layer larger than it
+// a bucket of its own. need_backward(l) maps the zeroed gradient buffer of
+// l's bucket (allocated when the first of its layers asks), ready(l) counts
+// the bucket's layers and, at its last, reduce-scatters the bucket over the
+// owners' boundaries inside it, copies the owned part into this rank's
+// gradient shard (P_r floats, grad_shard()) and frees the buffer; need and
+// done do nothing. The owner steps its piece from the shard after the
+// backward (ZeroSync). Stage 3 reduce-scatters layer by layer (each layer
+// its own bucket).
 //
 // With `prefetch` (sync.overlap) a communication thread runs the
 // collectives in the order the main thread queues them — the same on every
@@ -43,12 +50,13 @@
 // Traffic per step and rank (ring, pieces P_r, one micro-batch): stage 3
 // gathers each layer once for its forward and once for its backward,
 // Ψ − P_{r+1} each, and reduce-scatters it, Ψ − P_r: 3(N−1)/N·Ψ when N
-// divides Ψ; stage 2 the reduce-scatters only (its owner all-gathers the
-// parameters after the step). Memory: stage 3 4·P_r of parameters, 8·P_r
-// of Adam state, no gradient shard (each owned part is stepped as its
-// layer's sum arrives); stage 2 the whole parameters 4Ψ, the gradient shard
-// 4·P_r and 8·P_r of Adam state — ZeRO's 4Ψ + 12Ψ/N; both beside the
-// layers' buffers while they are held (peak_bytes()).
+// divides Ψ; stage 2 the reduce-scatters only, Ψ − P_r whatever the
+// buckets (its owner all-gathers the parameters after the step). Memory:
+// stage 3 4·P_r of parameters, 8·P_r of Adam state, no gradient shard (each
+// owned part is stepped as its layer's sum arrives); stage 2 the whole
+// parameters 4Ψ, the gradient shard 4·P_r and 8·P_r of Adam state — ZeRO's
+// 4Ψ + 12Ψ/N; both beside the buffers (stage 3 the layers', stage 2 the
+// buckets') while they are held (peak_bytes()).
 //
 // Parameters tied across pipeline stages (the GPT's embedding and its
 // head's copy, Model::tied_params) sum their gradients over the pair after
@@ -81,6 +89,7 @@ struct LayerGatherOptions {
   AllreduceOptions collectives;  // its options
   bool prefetch = false;         // sync.overlap: a communication thread, the next layer gathered ahead
   bool params_sharded = true;    // stage 3; false: stage 2, the gradients only
+  int64_t bucket_floats = 1;     // stage 2: a reduce-scatter bucket's capacity (whole layers)
 };
 
 class LayerGather final : public pp::ParamGate, public pp::GradientSink {
@@ -125,18 +134,29 @@ class LayerGather final : public pp::ParamGate, public pp::GradientSink {
 
  private:
   enum class State { kFree, kQueued, kGathered };
-  struct Slot {
+  // Where a layer's gradient goes: reduce-scattered at once when all its
+  // layers are final (stage 3: one layer; stage 2: the plan's bucket).
+  struct Bucket {
     Range range;
     std::vector<int64_t> split;  // the owners' boundaries inside the range, from 0
     std::unique_ptr<ShardedCollectives> pair;
-    std::vector<float> params, grads;
+    std::vector<float> grads;
+    int layers = 0, pending = 0;  // its layers / those not final yet this step
+    bool deferred = false;
+  };
+  struct Slot {  // a layer
+    Range range;
+    std::vector<int64_t> split;
+    std::unique_ptr<ShardedCollectives> pair;  // stage 3's gathers
+    std::vector<float> params;
+    size_t bucket = 0;
     State state = State::kFree;
     int users = 0;
     bool deferred = false;
   };
   struct Task {
-    size_t layer;
-    bool gather;  // else reduce
+    size_t index;  // a slot's to gather, a bucket's to reduce
+    bool gather;
   };
 
   // The layers whose ranges lie in [begin, end) (whole layers, or a PSAR_CHECK).
@@ -145,8 +165,10 @@ class LayerGather final : public pp::ParamGate, public pp::GradientSink {
   void queue_gather(size_t l, std::unique_lock<std::mutex>& lock);
   void submit(Task task, std::unique_lock<std::mutex>& lock);
   void run(Task task);  // the collective, off the lock
+  std::vector<int64_t> owners_split(Range range) const;
+  void gradient_buffer(Bucket& b);  // under mu_
   void gather(Slot& s);
-  void reduce(Slot& s);
+  void reduce(Bucket& b);
   void map(const Slot& s);
   void release_params(Slot& s);
   void loop();
@@ -164,6 +186,7 @@ class LayerGather final : public pp::ParamGate, public pp::GradientSink {
   std::vector<float> grad_shard_;  // stage 2: its summed gradients
   std::unique_ptr<ShardedCollectives> whole_;  // gather_all's
   std::vector<Slot> slots_;   // by arena order
+  std::vector<Bucket> buckets_;  // by arena order
 
   std::mutex mu_;
   std::condition_variable cv_;

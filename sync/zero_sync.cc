@@ -21,7 +21,8 @@ ZeroSync::ZeroSync(Comm& group, const std::string& algorithm, const AllreduceOpt
   if (stage_ >= 2)
     layers_ = std::make_unique<LayerGather>(
         group_, store, init.layers, init.tied, *optimizer_,
-        LayerGatherOptions{algorithm, options, prefetch, /*params_sharded=*/stage_ == 3});
+        LayerGatherOptions{algorithm, options, prefetch, /*params_sharded=*/stage_ == 3,
+                           init.options.overlap.bucket_floats});
 }
 
 std::pair<int64_t, int64_t> ZeroSync::owned() const {
@@ -63,11 +64,11 @@ int zero_stage(const SyncOptions& options, const std::string& backend) {
                       "sync.backend " + backend + " is not an allreduce algorithm" +
                       (backend == "ps" ? " (the parameter server shards its optimizer state on "
                                          "its servers already): set sync.zero: 0"
-                                       : ": choose ring, halving_doubling or mpi"));
+                                       : ": choose ring, halving_doubling, hierarchical or mpi"));
   if (!find_allreducer(backend).shards())
     throw ConfigError("sync.zero: " + std::to_string(stage) + " needs a reduce-scatter and an "
                       "all-gather; sync.backend " + backend + " has none (choose ring, "
-                      "halving_doubling or mpi)");
+                      "halving_doubling, hierarchical or mpi)");
   if (stage == 1 && options.overlap.on)
     throw ConfigError("sync.zero: 1 reduce-scatters the whole gradient after the backward; "
                       "sync.overlap (reduce-scatter each layer as the backward makes it) is "

@@ -10,13 +10,14 @@
 //            whole gradient arena over that layout, the optimizer steps the
 //            owned piece with its average, one all-gather of the parameters.
 //   stage 2 (sync.zero: 2): the gradients sharded too: the gradient arena
-//            is released and each layer's gradient gets a buffer for its
-//            backward only; as the backward makes it final the layer is
-//            reduce-scattered, split at the owners' boundaries, the owned
-//            part kept in this rank's gradient shard (P_r floats) and the
-//            buffer freed (sync/layer_gather.h; with sync.overlap on its
-//            communication thread). After the backward the owned piece is
-//            stepped from the shard and the parameters all-gathered.
+//            is released and each bucket of whole layers (sync.bucket_bytes)
+//            gets a buffer for its layers' backward only; as the backward
+//            makes its last layer final the bucket is reduce-scattered,
+//            split at the owners' boundaries, the owned part kept in this
+//            rank's gradient shard (P_r floats) and the buffer freed
+//            (sync/layer_gather.h; with sync.overlap on its communication
+//            thread). After the backward the owned piece is stepped from
+//            the shard and the parameters all-gathered.
 //   stage 3 (sync.zero: 3): the parameters sharded too, each layer gathered
 //            around its forward and its backward and its gradient
 //            reduce-scattered and stepped as it is final, by the model's
@@ -29,11 +30,11 @@
 // and an all-gather). Memory (fp32 Adam): parameters 4Ψ, optimizer state
 // 8·P_r bytes, and the gradients: stage 1 the arena, 4Ψ — ZeRO's
 // 8Ψ + 8Ψ/N; stage 2 the shard, 4·P_r — ZeRO's 4Ψ + 12Ψ/N, beside the
-// layers' gradient buffers while the backward holds them.
+// buckets' gradient buffers while the backward holds them.
 //
 // Equality: each element is summed by the same reduce-scatter the same
-// algorithm's allreduce runs first — whole, or layer by layer cut at the
-// same owners' boundaries — and Adam/SGD are elementwise, so stages 1, 2
+// algorithm's allreduce runs first — whole, or bucket by bucket or layer by
+// layer cut at the same owners' boundaries — and Adam/SGD are elementwise, so stages 1, 2
 // and 3 are bitwise the ZeRO-0 run of ring and halving_doubling under data
 // parallelism alone; mpi's library may add in another order.
 

@@ -21,31 +21,37 @@ std::vector<std::string> gather_text(Comm& world, const std::string& mine) {
   return out;
 }
 
-// A rank's record: "version\nbackend\nrun directory\n" then "key\tvalue\n"
-// per config key.
-std::string record(const Config& config, const std::string& out_dir) {
-  std::string r = std::string(psar_version()) + "\n" + config.get_string("sync.backend") + "\n" +
-                  out_dir + "\n";
-  for (const auto& [k, v] : config.flat()) r += k + "\t" + v + "\n";
-  return r;
-}
-
-struct Parsed {
-  std::string version, backend, out_dir;
-  std::map<std::string, std::string> config;
+// A rank's identity: "version\nbackend\nrun directory\ndigest\n".
+struct Identity {
+  std::string version, backend, out_dir, digest;
 };
 
-Parsed parse(const std::string& text) {
-  Parsed p;
+std::string identity(const ConfigRecord& config, const std::string& out_dir) {
+  const auto backend = config.values.find("sync.backend");
+  return std::string(psar_version()) + "\n" +
+         (backend == config.values.end() ? "" : backend->second) + "\n" + out_dir + "\n" +
+         std::to_string(config.digest) + "\n";
+}
+
+Identity parse(const std::string& text) {
+  Identity p;
   std::istringstream in(text);
   std::getline(in, p.version);
   std::getline(in, p.backend);
   std::getline(in, p.out_dir);
+  std::getline(in, p.digest);
+  return p;
+}
+
+// ConfigRecord::values_text() back into its map.
+std::map<std::string, std::string> parse_values(const std::string& text) {
+  std::map<std::string, std::string> values;
+  std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     const auto tab = line.find('\t');
-    if (tab != std::string::npos) p.config[line.substr(0, tab)] = line.substr(tab + 1);
+    if (tab != std::string::npos) values[line.substr(0, tab)] = line.substr(tab + 1);
   }
-  return p;
+  return values;
 }
 
 [[noreturn]] void disagree(int rank, const std::string& what) {
@@ -64,12 +70,12 @@ std::string absolute_run_dir(const std::string& out_dir) {
   return ec ? out_dir : p.string();
 }
 
-void check_agreement(Comm& world, const Config& config, const std::string& out_dir) {
-  const auto records = gather_text(world, record(config, absolute_run_dir(out_dir)));
-  const Parsed first = parse(records[0]);
+void check_agreement(Comm& world, const ConfigRecord& config, const std::string& out_dir) {
+  const auto records = gather_text(world, identity(config, absolute_run_dir(out_dir)));
+  const Identity first = parse(records[0]);
   for (size_t r = 1; r < records.size(); ++r) {
     if (records[r] == records[0]) continue;
-    const Parsed other = parse(records[r]);
+    const Identity other = parse(records[r]);
     const int rank = static_cast<int>(r);
     const std::string me = "rank " + std::to_string(rank);
     if (other.version != first.version)
@@ -81,8 +87,12 @@ void check_agreement(Comm& world, const Config& config, const std::string& out_d
     if (other.out_dir != first.out_dir)
       disagree(rank, "in the run directory (--out): '" + first.out_dir + "' on rank 0, '" +
                          other.out_dir + "' on " + me);
-    const std::string keys = config_differences(first.config, other.config, "rank 0", me);
-    disagree(rank, "in the configuration: " + (keys.empty() ? "(its text)" : keys));
+    // The digests differ: every rank saw the same identities and gets here
+    // at the same r, so all of them take the values that name the keys.
+    const auto values = gather_text(world, config.values_text());
+    const std::string keys =
+        config_differences(parse_values(values[0]), parse_values(values[r]), "rank 0", me);
+    disagree(rank, "in the configuration: " + (keys.empty() ? "(its digest)" : keys));
   }
 }
 

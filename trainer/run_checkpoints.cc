@@ -17,7 +17,7 @@ namespace psar {
 // out_dir as world rank 0 sees it (broadcast, so every rank reads the same
 // one), checked against this job on every rank. -1 for a new run.
 // `resize`: whether it was written by another data-parallel size (dp_resize).
-int64_t find_resume_step(Comm& world, const Config& config, const TrainOptions& options,
+int64_t find_resume_step(Comm& world, const ConfigRecord& config, const TrainOptions& options,
                          const JobIdentity& job, DpResize& resize) {
   const std::string& from = options.resume_from;
   if (from.empty()) return -1;
@@ -29,7 +29,7 @@ int64_t find_resume_step(Comm& world, const Config& config, const TrainOptions& 
   const std::string dir = checkpoint_dir(from, step);
   const CheckpointFile manifest = CheckpointFile::read(manifest_path(dir));
   check_resumable(manifest, config, job, dir);
-  resize = dp_resize(manifest, config, job);
+  resize = dp_resize(manifest, job);
   if (step >= job.total_steps)
     throw agreed(ConfigError("--resume: the checkpoint " + dir + " is at step " +
                              std::to_string(step) + " and this run has " +

@@ -11,7 +11,6 @@
 
 #include "comm/comm.h"
 #include "core/checkpoint.h"
-#include "core/config.h"
 #include "core/param_store.h"
 #include "modelpar/grid.h"
 #include "sync/gradient_sync.h"
@@ -25,7 +24,7 @@ namespace psar {
 // out_dir as world rank 0 sees it (broadcast, so every rank reads the same
 // one), checked against this job on every rank. -1 for a new run.
 // `resize`: whether it was written by another data-parallel size (dp_resize).
-int64_t find_resume_step(Comm& world, const Config& config, const TrainOptions& options,
+int64_t find_resume_step(Comm& world, const ConfigRecord& config, const TrainOptions& options,
                          const JobIdentity& job, DpResize& resize);
 
 // This worker's part of a checkpoint: its slice of the parameters, the

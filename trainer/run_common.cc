@@ -148,10 +148,10 @@ void prepare_run_dir(Comm& world, const TrainOptions& options) {
   if (!refusal.empty()) throw agreed(ConfigError(refusal));
 }
 
-void begin_run_files(Comm& workers, const Config& config, const std::string& out_dir) {
+void begin_run_files(Comm& workers, const std::string& config_text, const std::string& out_dir) {
   if (workers.rank() != 0 || out_dir.empty()) return;
   make_dirs(out_dir);
-  write_file_atomic(out_dir + "/config.yaml", config.dump());
+  write_file_atomic(out_dir + "/config.yaml", config_text);
 }
 
 namespace {

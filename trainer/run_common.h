@@ -73,7 +73,7 @@ void print_eval(int64_t step, double test_loss, double test_accuracy);
 // directory of files that are not a run (never cleared), a file.
 void prepare_run_dir(Comm& world, const TrainOptions& options);
 // config.yaml, once the run is known to start (rank 0 of `workers`).
-void begin_run_files(Comm& workers, const Config& config, const std::string& out_dir);
+void begin_run_files(Comm& workers, const std::string& config_text, const std::string& out_dir);
 
 // What summary.csv names besides the result.
 struct RunEnd {

@@ -55,9 +55,9 @@ Device training_device(const LoopOptions& o, const std::string& sync_backend,
 
 }  // namespace
 
-void TrainingRun::plan() {
+void TrainingRun::plan(const Config& config) {
   // Every key the run reads, once (trainer/loop_options.h).
-  run_ = run_options(config_, world_.rank(), world_.size());
+  run_ = run_options(config, world_.rank(), world_.size());
   world_.set_timeout(sync_options_.timeout);
   apply_network_model(world_, run_.network);
   data_ = load_dataset(run_.workload);
@@ -166,6 +166,8 @@ void TrainingRun::plan_checkpoints_and_stops() {
   job_.sync = sync_name_;
   job_.total_steps = plan_.total_steps;
   job_.psar_version = psar_version();
+  job_.lr_schedule = run_.optimizer.schedule;
+  job_.zero = sync_options_.zero;
   first_step_ = find_resume_step(world_, config_, options_, job_, resize_);
   if (run_.hetero.kill_rank >= 0 && run_.hetero.kill_step >= plan_.total_steps)
     throw ConfigError("hetero.kill_step " + std::to_string(run_.hetero.kill_step) +

@@ -11,9 +11,10 @@ namespace psar {
 // (a dedicated server rank serves instead), restore, then the steps and the
 // results. Each step is a member function (training_run.h says which file
 // holds it).
-TrainResult TrainingRun::run() {
+TrainResult TrainingRun::run(const Config& config) {
+  config_ = ConfigRecord::of(config);
   check_agreement(world_, config_, options_.out_dir);
-  plan();
+  plan(config);
   // Every op of this thread runs on the training device (core/device.h).
   const DeviceScope on_device(device_);
   check_backend();
@@ -24,7 +25,7 @@ TrainResult TrainingRun::run() {
   if (!start_sync()) return result_;  // a dedicated server rank: it served until the end
   start_overlap();
   restore();
-  begin_run_files(*workers_, config_, options_.out_dir);
+  begin_run_files(*workers_, config_.text, options_.out_dir);
   start_loop();
   train_steps();
   return finish();
@@ -33,7 +34,7 @@ TrainResult TrainingRun::run() {
 TrainResult train(Comm& world, const Config& config, const TrainOptions& options) {
   Progress progress;
   try {
-    return TrainingRun(world, config, options, progress).run();
+    return TrainingRun(world, options, progress).run(config);
   } catch (const Error& e) {
     // A clean error (a deadline, a peer that reported failure): the rows so
     // far are on disk; summary.csv says how the run ended.

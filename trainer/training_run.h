@@ -55,15 +55,18 @@ struct Progress {
 
 class TrainingRun {
  public:
-  TrainingRun(Comm& world, const Config& config, const TrainOptions& options, Progress& progress)
-      : world_(world), config_(config), options_(options), progress_(progress) {}
+  TrainingRun(Comm& world, const TrainOptions& options, Progress& progress)
+      : world_(world), options_(options), progress_(progress) {}
 
-  TrainResult run();
+  // The configuration is read here, at the start, and nowhere after: its
+  // record (what config.yaml, the checkpoints and the agreement hold) and
+  // the typed options of every subsystem (plan()).
+  TrainResult run(const Config& config);
 
  private:
   // run_setup.cc: data, steps, the grid, the model — everything checked
   // before any work; the checkpoint to continue from and the early stops.
-  void plan();
+  void plan(const Config& config);
   void check_backend() const;
   void build_grid();
   std::unique_ptr<Allreducer> on_device(const std::string& name,
@@ -103,11 +106,11 @@ class TrainingRun {
   void write_pipeline_meter();
 
   Comm& world_;
-  const Config& config_;
   const TrainOptions& options_;
   Progress& progress_;
   const Stopwatch wall_;
   TrainResult result_;
+  ConfigRecord config_;  // run(): the configuration as the run records it
   // plan()
   RunOptions run_;
   const LoopOptions& o_ = run_.loop;

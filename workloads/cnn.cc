@@ -427,7 +427,7 @@ int cnn_layers(const WorkloadOptions&, const Dataset&) { return 1; }
 
 std::unique_ptr<Model> make_cnn(const WorkloadOptions& options, const Dataset& data,
                                 const ModelContext& context) {
-  CnnOptions o;
+  CnnOptions o = options.cnn;
   const auto& image = options.image;
   if (image.size() != 3)
     throw ConfigError(concat("model.image: [channels, height, width], got ", image.size(),
@@ -437,19 +437,10 @@ std::unique_ptr<Model> make_cnn(const WorkloadOptions& options, const Dataset& d
     throw ConfigError(concat("model.image [", o.channels, ", ", o.height, ", ", o.width, "] holds ",
                              o.channels * o.height * o.width, " values; the data has ",
                              data.features(), " features per sample"));
-  o.conv = options.conv;
-  o.kernel = options.kernel;
-  o.stride = options.stride;
-  o.padding = options.padding;
-  o.pool = options.pool;
-  o.hidden = options.hidden;
   o.classes = data.classes();
-  o.hybrid = options.hybrid;
-  o.fc_replicated = options.fc_replicated;
   if (o.fc_replicated && !o.hybrid)
     throw ConfigError("parallel.hybrid_fc: replicated is a variant of parallel.hybrid; set "
                       "parallel.hybrid: true");
-  o.seed = options.seed;
   return std::make_unique<Cnn>(o, context);
 }
 

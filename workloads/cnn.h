@@ -43,20 +43,9 @@
 #include "modelpar/tp/row_parallel_linear.h"
 #include "modelpar/tp/shard.h"
 #include "workloads/model.h"
+#include "workloads/workload_options.h"
 
 namespace psar {
-
-struct CnnOptions {
-  int64_t channels = 1, height = 28, width = 28;  // model.image
-  std::vector<int64_t> conv = {32, 64};           // model.conv: output channels per stage
-  int64_t kernel = 3, stride = 1, padding = 1;    // model.kernel, model.stride, model.padding
-  int64_t pool = 2;                               // model.pool (≤ 1: no pooling)
-  std::vector<int64_t> hidden = {256};            // model.hidden: FC hidden widths
-  int64_t classes = 10;
-  bool hybrid = false;  // parallel.hybrid
-  bool fc_replicated = false;  // parallel.hybrid_fc: replicated (every rank the whole FC)
-  uint64_t seed = 1;    // train.seed, for the TP shards' serial values
-};
 
 // Per layer kind, what the notes' argument weighs (docs/cnn.md).
 struct CnnCosts {

@@ -671,22 +671,11 @@ GptOptions gpt_options(const WorkloadOptions& options, const Dataset& data) {
         "model.type gpt needs a token dataset (data.dataset text or "
         "synthetic_tokens), not " +
         options.data.dataset);
-  GptOptions o;
-  const int64_t vocab = options.vocab;
-  if (vocab > 0 && vocab < data.classes())
-    throw ConfigError("model.vocab = " + std::to_string(vocab) + " is smaller than the " +
+  GptOptions o = options.gpt;
+  if (o.vocab > 0 && o.vocab < data.classes())
+    throw ConfigError("model.vocab = " + std::to_string(o.vocab) + " is smaller than the " +
                       std::to_string(data.classes()) + " distinct tokens of the data");
-  o.vocab = vocab > 0 ? vocab : data.classes();
-  o.seq_len = options.seq_len;
-  o.layers = options.layers;
-  o.d_model = options.d_model;
-  o.heads = options.heads;
-  o.dropout = options.dropout;
-  o.init_std = options.init_std;
-  o.split = options.split;
-  o.seed = options.seed;
-  o.sequence_parallel = options.sequence_parallel;
-  o.recompute = options.recompute;
+  if (o.vocab == 0) o.vocab = data.classes();
   return o;
 }
 
@@ -696,7 +685,7 @@ std::unique_ptr<Model> make_gpt(const WorkloadOptions& options, const Dataset& d
 }
 
 int gpt_layers(const WorkloadOptions& options, const Dataset&) {
-  return static_cast<int>(options.layers);
+  return static_cast<int>(options.gpt.layers);
 }
 
 }  // namespace psar

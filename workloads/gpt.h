@@ -66,18 +66,9 @@
 #include "modelpar/tp/parallel_mlp.h"
 #include "modelpar/tp/shard.h"
 #include "workloads/model.h"
+#include "workloads/workload_options.h"
 
 namespace psar {
-
-struct GptOptions {
-  int64_t vocab = 0, seq_len = 32, layers = 2, d_model = 64, heads = 4;
-  float dropout = 0.0f;  // embeddings, attention probabilities, both residual branches
-  float init_std = 0.02f;
-  MlpSplit split = MlpSplit::kColumnRow;
-  uint64_t seed = 1;  // train.seed: the shards' initial values and the dropout masks
-  bool sequence_parallel = false;         // parallel.sequence_parallel
-  Recompute recompute = Recompute::kNone;  // train.recompute
-};
 
 // Forward work counted as it runs: what recomputation adds.
 struct GptComputeCounts {

@@ -98,13 +98,13 @@ constexpr struct {
      }},
     {"text",
      [](const WorkloadOptions& o) {
-       return load_text(resolve_text_path(o.data.path), o.seq_len);
+       return load_text(resolve_text_path(o.data.path), o.gpt.seq_len);
      }},
     {"synthetic_tokens",
      [](const WorkloadOptions& o) {
        // The vocabulary: model.vocab, or 64 when it is 0 ("from the data").
-       return make_synthetic_tokens(o.data.synthetic_samples, o.seq_len,
-                                    o.vocab > 0 ? o.vocab : 64, o.seed);
+       return make_synthetic_tokens(o.data.synthetic_samples, o.gpt.seq_len,
+                                    o.gpt.vocab > 0 ? o.gpt.vocab : 64, o.seed);
      }},
     {"zipf", &load_zipf_data},
 };

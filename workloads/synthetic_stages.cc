@@ -163,18 +163,12 @@ void SyntheticStages::backward(int chunk, int i, pp::Activations& a, std::span<c
 }
 
 int synthetic_layers(const WorkloadOptions& options, const Dataset&) {
-  return static_cast<int>(options.layers);
+  return options.synthetic.layers;
 }
 
 std::unique_ptr<Model> make_synthetic_stages(const WorkloadOptions& options, const Dataset&,
                                              const ModelContext& context) {
-  SyntheticStagesOptions o;
-  o.layers = static_cast<int>(options.layers);
-  o.forward_s = options.forward_s;
-  o.backward_s = options.backward_s;
-  o.weight_grad_s = options.weight_grad_s;
-  o.activation_bytes = options.activation_bytes;
-  return std::make_unique<SyntheticStages>(o, context);
+  return std::make_unique<SyntheticStages>(options.synthetic, context);
 }
 
 }  // namespace psar

@@ -22,16 +22,9 @@
 #include <vector>
 
 #include "workloads/model.h"
+#include "workloads/workload_options.h"
 
 namespace psar {
-
-struct SyntheticStagesOptions {
-  int layers = 2;
-  double forward_s = 1e-3;         // per layer and micro-batch
-  double backward_s = 1e-3;        // input gradient
-  double weight_grad_s = 1e-3;     // weight gradient
-  int64_t activation_bytes = 64 << 10;  // rounded up to whole floats
-};
 
 class SyntheticStages final : public Model {
  public:

@@ -10,30 +10,41 @@ WorkloadOptions workload_options(const Config& c) {
   o.seed = static_cast<uint64_t>(c.get_int("train.seed"));
   o.hidden = c.get_int_list("model.hidden");
   o.gelu = c.get_string("model.activation") == "gelu";
-  o.layers = c.get_int("model.layers");
-  o.d_model = c.get_int("model.d_model");
-  o.heads = c.get_int("model.heads");
-  o.seq_len = c.get_int("model.seq_len");
-  o.vocab = c.get_int("model.vocab");
-  o.dropout = static_cast<float>(c.get_float("model.dropout"));
-  o.init_std = static_cast<float>(c.get_float("model.init_std"));
-  o.split = parse_mlp_split(c.get_string("parallel.tp_split"));
-  o.sequence_parallel = c.get_bool("parallel.sequence_parallel");
-  o.recompute = parse_recompute(c.get_string("train.recompute"));
+
+  GptOptions& g = o.gpt;
+  g.vocab = c.get_int("model.vocab");
+  g.seq_len = c.get_int("model.seq_len");
+  g.layers = c.get_int("model.layers");
+  g.d_model = c.get_int("model.d_model");
+  g.heads = c.get_int("model.heads");
+  g.dropout = static_cast<float>(c.get_float("model.dropout"));
+  g.init_std = static_cast<float>(c.get_float("model.init_std"));
+  g.split = parse_mlp_split(c.get_string("parallel.tp_split"));
+  g.seed = o.seed;
+  g.sequence_parallel = c.get_bool("parallel.sequence_parallel");
+  g.recompute = parse_recompute(c.get_string("train.recompute"));
+
+  CnnOptions& n = o.cnn;
   o.image = c.get_int_list("model.image");
-  o.conv = c.get_int_list("model.conv");
-  o.kernel = c.get_int("model.kernel");
-  o.stride = c.get_int("model.stride");
-  o.padding = c.get_int("model.padding");
-  o.pool = c.get_int("model.pool");
-  o.hybrid = c.get_bool("parallel.hybrid");
-  o.fc_replicated = c.get_string("parallel.hybrid_fc") == "replicated";
+  n.conv = c.get_int_list("model.conv");
+  n.kernel = c.get_int("model.kernel");
+  n.stride = c.get_int("model.stride");
+  n.padding = c.get_int("model.padding");
+  n.pool = c.get_int("model.pool");
+  n.hidden = o.hidden;
+  n.hybrid = c.get_bool("parallel.hybrid");
+  n.fc_replicated = c.get_string("parallel.hybrid_fc") == "replicated";
+  n.seed = o.seed;
+
   o.tables = c.get_int_list("model.tables");
   o.embedding_dim = c.get_int("model.embedding_dim");
-  o.forward_s = c.get_duration("model.forward_time");
-  o.backward_s = c.get_duration("model.backward_time");
-  o.weight_grad_s = c.get_duration("model.weight_grad_time");
-  o.activation_bytes = c.get_bytes("model.activation_bytes");
+
+  SyntheticStagesOptions& s = o.synthetic;
+  s.layers = static_cast<int>(c.get_int("model.layers"));
+  s.forward_s = c.get_duration("model.forward_time");
+  s.backward_s = c.get_duration("model.backward_time");
+  s.weight_grad_s = c.get_duration("model.weight_grad_time");
+  s.activation_bytes = c.get_bytes("model.activation_bytes");
 
   DataOptions& d = o.data;
   d.dataset = c.get_string("data.dataset");

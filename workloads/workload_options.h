@@ -26,30 +26,53 @@ struct DataOptions {
   double zipf_skew = 0;
 };
 
+// The options each model is built with (workloads/gpt.h, cnn.h,
+// synthetic_stages.h): workload_options fills them from the config, the
+// model fills in what only the data says (the vocabulary, the classes).
+struct GptOptions {
+  int64_t vocab = 0;  // model.vocab (0: from the data)
+  int64_t seq_len = 32, layers = 2, d_model = 64, heads = 4;
+  float dropout = 0.0f;  // embeddings, attention probabilities, both residual branches
+  float init_std = 0.02f;
+  MlpSplit split = MlpSplit::kColumnRow;
+  uint64_t seed = 1;  // train.seed: the shards' initial values and the dropout masks
+  bool sequence_parallel = false;         // parallel.sequence_parallel
+  Recompute recompute = Recompute::kNone;  // train.recompute
+};
+
+struct CnnOptions {
+  int64_t channels = 1, height = 28, width = 28;  // model.image
+  std::vector<int64_t> conv = {32, 64};           // model.conv: output channels per stage
+  int64_t kernel = 3, stride = 1, padding = 1;    // model.kernel, model.stride, model.padding
+  int64_t pool = 2;                               // model.pool (≤ 1: no pooling)
+  std::vector<int64_t> hidden = {256};            // model.hidden: FC hidden widths
+  int64_t classes = 10;
+  bool hybrid = false;  // parallel.hybrid
+  bool fc_replicated = false;  // parallel.hybrid_fc: replicated (every rank the whole FC)
+  uint64_t seed = 1;    // train.seed, for the TP shards' serial values
+};
+
+struct SyntheticStagesOptions {
+  int layers = 2;
+  double forward_s = 1e-3;         // per layer and micro-batch
+  double backward_s = 1e-3;        // input gradient
+  double weight_grad_s = 1e-3;     // weight gradient
+  int64_t activation_bytes = 64 << 10;  // rounded up to whole floats
+};
+
 struct WorkloadOptions {
   std::string type;  // model.type
   uint64_t seed = 0;  // train.seed
-  // mlp, dlrm, cnn: hidden widths; mlp, dlrm: the activation.
+  // mlp, dlrm: hidden widths and the activation (the cnn's FC widths: cnn.hidden).
   std::vector<int64_t> hidden;
   bool gelu = false;  // model.activation: gelu
-  // gpt (and synthetic_stages: layers).
-  int64_t layers = 0, d_model = 0, heads = 0, seq_len = 0;
-  int64_t vocab = 0;  // 0 = from the data
-  float dropout = 0, init_std = 0;
-  MlpSplit split = MlpSplit::kColumnRow;  // parallel.tp_split
-  bool sequence_parallel = false;
-  Recompute recompute = Recompute::kNone;  // train.recompute
-  // cnn.
-  std::vector<int64_t> image, conv;  // model.image: [channels, height, width]
-  int64_t kernel = 0, stride = 0, padding = 0, pool = 0;
-  bool hybrid = false;                // parallel.hybrid
-  bool fc_replicated = false;         // parallel.hybrid_fc: replicated
+  GptOptions gpt;
+  CnnOptions cnn;
+  std::vector<int64_t> image;  // model.image: [channels, height, width] (the cnn checks it)
   // dlrm.
   std::vector<int64_t> tables;  // model.tables: ids per table
   int64_t embedding_dim = 0;
-  // synthetic_stages: per layer and micro-batch.
-  double forward_s = 0, backward_s = 0, weight_grad_s = 0;
-  int64_t activation_bytes = 0;
+  SyntheticStagesOptions synthetic;
   DataOptions data;
 };
 

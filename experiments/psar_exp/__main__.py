@@ -5,12 +5,15 @@
         exit 1 naming each difference; --write writes the regenerated texts
         instead (no experiment runs)
     COMMAND [ARGS ...]
-        one of the experiment scripts below, with its own flags; every one
-        that runs psar takes --reference (write results/) and --exploratory
-        (run from a dirty tree; never under results/), and writes under
-        runs/ otherwise
+        one of the experiment scripts below, with its own flags. A launcher
+        runs psar through runner.Launcher: it takes --psar, --out,
+        --reference (write results/) and --exploratory (run from a dirty
+        tree; never under results/), writes under runs/ otherwise, and
+        records its provenance; a report tool only reads data already
+        written and starts no psar
 
 Launchers (experiments/<COMMAND>.py): {launchers}
+Report tools: {reports}
 """
 
 import argparse
@@ -20,13 +23,16 @@ import sys
 
 from psar_exp import ROOT, check
 
-# The scripts of experiments/ that run or report; each keeps its own flags.
+# The scripts of experiments/ that run psar: each defines launcher(), a
+# runner.Launcher with its own flags added.
 LAUNCHERS = ("run", "pp_measure", "gpt_3d", "auto_tuning", "net_scaling", "cluster_net_scaling",
              "cluster_placement", "overlap", "ps_vs_allreduce", "report_collectives",
-             "sim_validation", "simulate_tables", "pp_schedule_tables", "pp_report", "tp_report",
-             "sync_table", "ps_curve", "ps_lite", "hybrid_cnn", "where_ps_wins", "zero", "sparse_ps",
-             "simulate_published", "pp_hop", "spare_servers", "plot", "recompute")
-USAGE = __doc__.format(launchers=", ".join(LAUNCHERS))
+             "sim_validation", "simulate_tables", "pp_schedule_tables", "ps_curve", "ps_lite",
+             "hybrid_cnn", "where_ps_wins", "zero", "sparse_ps", "simulate_published", "pp_hop",
+             "spare_servers", "collective_engine", "recompute")
+# The scripts that only read what runs wrote (tables, plots) and start no psar.
+REPORTS = ("pp_report", "tp_report", "sync_table", "plot")
+USAGE = __doc__.format(launchers=", ".join(LAUNCHERS), reports=", ".join(REPORTS))
 
 
 def launch(name, args):
@@ -41,7 +47,7 @@ def launch(name, args):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in LAUNCHERS:
+    if argv and argv[0] in LAUNCHERS + REPORTS:
         return launch(argv[0], argv[1:])
     ap = argparse.ArgumentParser(prog="psar_exp", description=USAGE,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

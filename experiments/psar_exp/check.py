@@ -154,7 +154,7 @@ FOLDERS = {
     "hybrid_cnn_crossover": script("hybrid_cnn"),
     "where_ps_wins": script("where_ps_wins"),
     "spare_servers": script("spare_servers"),
-    "collective_engine": folder_script("table.py", ["data", "922cf5b", "0c407d9"], "table.md"),
+    "collective_engine": script("collective_engine"),
     "zero": script("zero"),
     "recompute": script("recompute"),
     "sparse_ps": script("sparse_ps"),

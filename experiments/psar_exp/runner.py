@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from psar_exp import ROOT, generated
+from psar_exp import ROOT, generated, report
 from psar_exp.io import csv_text, read_csv
 from psar_exp.report import SchemaError
 
@@ -351,6 +351,16 @@ def binary_build(psar):
     return None
 
 
+def base_commit(psar):
+    """The commit a binary to compare against (--base) was built at: its
+    build stamp must name a commit and no uncommitted change."""
+    base = binary_build(psar) if psar else None
+    if not base or not base[0] or base[1]:
+        raise RunError(f"--base {psar}: no clean build stamp beside it ({BUILD_STAMP}; build it "
+                       "with scripts/build.sh)")
+    return base[0]
+
+
 # What the psar binary is not built from: a binary built at one commit is the
 # binary of another whose tree differs only there.
 NOT_BINARY = OUTPUT_DIRS + ("experiments", "docs")
@@ -497,18 +507,33 @@ class Launcher:
     --psar, --out, --reference, --exploratory), the output folder
     (runs/<folder>, or results/<folder> with --reference), and around a part
     that runs psar begin() before it and record_provenance() after it. A
-    report part only reads the data already in the folder. The script adds
-    its own flags to `parser` and ends with main_guard(prog, launcher.main).
+    report part runs no psar of its own making and records nothing: it reads
+    the data already in the folder (or, like a dry run, only prints). The
+    script adds its own flags to `parser` and ends with
+    main_guard(prog, launcher.main).
 
     runs, reports: {part: fn(args)}; fn finds the folder in args.out, and a
     run part the resolved binary in args.psar and begin()'s provenance in
-    args.state. folder: a name, or fn(args) giving one."""
+    args.state. A run part returns the folders whose README gets the
+    provenance when it ends (None: args.out alone; [] where it records its
+    own as it goes, with args.record(folder), or where each measurement
+    keeps its own). folder: a name, or fn(args) giving one (an absolute
+    path is used as it is: a script's own --results root). flags:
+    {"--flag": (part, help)} for a script whose parts are chosen by flags
+    (--reuse, --dry-run) instead of a positional `part`; without one of
+    them it runs its first run part."""
 
-    def __init__(self, doc, folder, runs, reports=None, out_help=None):
+    def __init__(self, doc, folder, runs, reports=None, out_help=None, flags=None):
         self.folder, self.runs, self.reports = folder, runs, reports or {}
-        self.parser = argparse.ArgumentParser(description=doc.strip().split("\n\n")[0])
+        self.flags = flags or {}
+        self.parser = argparse.ArgumentParser(description=doc.strip(),
+                                              formatter_class=argparse.RawDescriptionHelpFormatter)
         parts = [*runs, *self.reports]
-        if len(parts) > 1:
+        for flag, (part, help_) in self.flags.items():
+            if part not in parts:
+                raise ValueError(f"{flag}: no part {part}")
+            self.parser.add_argument(flag, action="store_true", help=help_)
+        if len(parts) > 1 and not self.flags:
             self.parser.add_argument("part", choices=parts)
         self.parser.add_argument("--psar", default=None,
                                  help="default: $PSAR_BIN, else build/trainer/psar")
@@ -516,26 +541,53 @@ class Launcher:
                                  f"results/{folder} with --reference")
         add_output_flags(self.parser)
 
+    def _part(self, args):
+        chosen = [(flag, part) for flag, (part, _) in self.flags.items()
+                  if getattr(args, flag.lstrip("-").replace("-", "_"))]
+        if len(chosen) > 1:
+            self.parser.error(" and ".join(f for f, _ in chosen) + " choose different parts")
+        if chosen:
+            return chosen[0][1]
+        return getattr(args, "part", None) or next(iter(self.runs))
+
     def main(self, argv=None):
         args = self.parser.parse_args(argv)
-        if not hasattr(args, "part"):
-            args.part = next(iter(self.runs))
+        args.part = self._part(args)
         folder = self.folder(args) if callable(self.folder) else self.folder
         args.out = args.out or os.path.join(output_root(args), folder)
-        os.makedirs(args.out, exist_ok=True)
         if args.part in self.reports:
             self.reports[args.part](args)
             return args
+        os.makedirs(args.out, exist_ok=True)
         args.psar = psar_binary(args.psar)
         args.state = begin(args.out, args.exploratory, args.psar, reference=args.reference)
-        self.runs[args.part](args)
-        record_provenance(args.out, args.state, getattr(args, "high_priority", False))
+        args.record = lambda f: record_provenance(f, args.state, getattr(args, "high_priority", False))
+        folders = self.runs[args.part](args)
+        for f in [args.out] if folders is None else folders:
+            args.record(f)
         return args
 
 
+def experiment(args, kind=None):
+    """The experiment YAML named by args.experiment, loaded (and checked as
+    `kind`, psar_exp.report.load) once per run of a script: args.exp."""
+    if getattr(args, "exp", None) is None:
+        args.exp = report.load(args.experiment, kind)
+    return args.exp
+
+
+def under_results(args, name):
+    """A Launcher's folder `name`, or — as an absolute path, which the
+    Launcher takes as it is — `name` under the script's --results root."""
+    return os.path.abspath(os.path.join(args.results, name)) if args.results else name
+
+
 def main_guard(prog, fn):
-    """Runs fn(); harness errors end the script with one line naming `prog`."""
+    """Runs fn(); harness errors end the script with one line naming `prog`,
+    and a non-zero int fn() returns is the exit status."""
     try:
-        fn()
+        code = fn()
     except (RunError, SchemaError, OSError) as e:
         sys.exit(f"{prog}: {e}")
+    if isinstance(code, int) and not isinstance(code, bool) and code:
+        sys.exit(code)

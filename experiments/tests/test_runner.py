@@ -219,10 +219,10 @@ def test_read_csv_drops_a_last_line_cut_by_a_kill_and_nothing_else(tmp_path):
 
 
 def test_psar_exp_launches_every_experiment_script_and_names_them(capsys):
-    from psar_exp.__main__ import LAUNCHERS, main
+    from psar_exp.__main__ import LAUNCHERS, REPORTS, main
     scripts = {f[:-3] for f in os.listdir(os.path.join(runner.ROOT, "experiments"))
                if f.endswith(".py") and f not in ("conftest.py", "schedule_grid.py")}
-    assert set(LAUNCHERS) == scripts
+    assert set(LAUNCHERS) | set(REPORTS) == scripts and not set(LAUNCHERS) & set(REPORTS)
     assert main(["run", os.path.join(runner.ROOT, "experiments", "quickstart.yaml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert f"--out {os.path.join(runner.ROOT, 'runs', 'quickstart')}/" in out
@@ -287,3 +287,30 @@ def test_a_launcher_runs_a_report_alone_and_a_run_between_begin_and_its_provenan
     with pytest.raises(runner.RunError, match="refusing to run"):
         launch.main(["go", "--out", out, "--psar", str(fake)])
     assert len(calls) == 1
+
+
+def test_a_launchers_flags_pick_its_parts_and_a_run_names_the_folders_of_its_provenance(tmp_path):
+    calls = []
+    sub = str(tmp_path / "out" / "sub")
+    launch = runner.Launcher("Flags.", "flags_test",
+                             runs={"measure": lambda args: calls.append("measure") or [sub]},
+                             reports={"reuse": lambda args: calls.append("reuse"),
+                                      "dry": lambda args: calls.append("dry")},
+                             flags={"--reuse": ("reuse", "report again"),
+                                    "--dry-run": ("dry", "print only")})
+    out = str(tmp_path / "out")
+    launch.main(["--reuse", "--out", out])
+    launch.main(["--dry-run", "--out", out])
+    assert calls == ["reuse", "dry"] and not os.path.exists(out)  # a report makes no folder
+    with pytest.raises(SystemExit):
+        launch.main(["--reuse", "--dry-run", "--out", out])
+    fake = tmp_path / "psar"
+    fake.write_text("")
+    fake.chmod(0o755)
+    os.makedirs(sub)
+    args = launch.main(["--out", out, "--exploratory", "--psar", str(fake)])
+    assert calls[-1] == "measure" and args.part == "measure"
+    assert os.path.exists(os.path.join(sub, "README.md"))  # the folder the run named
+    assert not os.path.exists(os.path.join(out, "README.md"))  # and only it
+    with pytest.raises(ValueError, match="--nothing"):
+        runner.Launcher("Bad.", "bad", runs={"go": print}, flags={"--nothing": ("none", "")})

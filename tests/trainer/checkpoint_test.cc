@@ -31,6 +31,7 @@
 #include "three_d_fixture.h"
 #include "train_fixture.h"
 #include "core/checkpoint.h"
+#include "trainer/agreement.h"
 #include "trainer/step_log.h"
 #include "trainer/trainer.h"
 
@@ -440,6 +441,63 @@ TEST(CheckpointFile, RoundTripsAndRefusesDamage) {
   flipped[flipped.size() / 2] ^= 1;
   EXPECT_THROW(CheckpointFile::decode(flipped, "flipped"), DataError);
   EXPECT_THROW(CheckpointFile::decode("not a checkpoint", "foreign"), DataError);
+}
+
+// `cfg` with its last section (train:) written first: the same values in
+// another text.
+Config reordered(const Config& cfg) {
+  const std::string text = cfg.dump();
+  const size_t at = text.rfind("\ntrain:\n");
+  return Config::load_string(text.substr(at + 1) + text.substr(0, at + 1), config_schema());
+}
+
+// The configuration is recorded once, at the start: MANIFEST holds its text
+// as it always did (older checkpoints stay readable), and reading that text
+// back gives the same values and digest. The record is canonical: the same
+// configuration written in another order records the same text and digest.
+TEST(ConfigRecord, AManifestsTextReadsBackToTheSameValuesAndDigest) {
+  const Config cfg = with(testing::small_mlp_config("ring"), {"train.steps=4"});
+  const ConfigRecord rec = ConfigRecord::of(cfg);
+  EXPECT_EQ(rec.text, cfg.dump());
+  const CheckpointFile manifest = make_manifest(4, rec, JobIdentity{});
+  EXPECT_EQ(manifest.get("config"), cfg.dump());
+  const ConfigRecord back = rec.read(manifest.get("config"), "MANIFEST");
+  EXPECT_EQ(back.values, rec.values);
+  EXPECT_EQ(back.digest, rec.digest);
+  const ConfigRecord same = ConfigRecord::of(reordered(cfg));
+  EXPECT_TRUE(same.text == rec.text);
+  EXPECT_EQ(same.digest, rec.digest);
+  const ConfigRecord other = ConfigRecord::of(with(cfg, {"optimizer.lr=0.2"}));
+  EXPECT_NE(other.digest, rec.digest);
+  EXPECT_THROW(rec.read("optimizer: {lr: [1, 2]}\n", "bad MANIFEST"), ConfigError);
+}
+
+// Start-up agreement on records taken once: every rank throws the same
+// error naming the rank and the key that differs; the same configuration
+// written in another order agrees.
+TEST(StartUpAgreement, ARankWithAnotherConfigurationIsOneClearErrorOnEveryRank) {
+  const Config cfg = with(testing::small_mlp_config("ring"), {"train.steps=4"});
+  const ConfigRecord mine = ConfigRecord::of(cfg);
+  const ConfigRecord lr = ConfigRecord::of(with(cfg, {"optimizer.lr=0.2"}));
+  const ConfigRecord same = ConfigRecord::of(reordered(cfg));
+  auto agree = [&](const ConfigRecord& rank2) {
+    std::vector<std::string> errors(3);
+    run_inproc(3, [&](Comm& c) {
+      try {
+        check_agreement(c, c.rank() == 2 ? rank2 : mine, "");
+      } catch (const ConfigError& e) {
+        errors[static_cast<size_t>(c.rank())] = e.what();
+      }
+    });
+    return errors;
+  };
+  const auto errors = agree(lr);
+  for (const auto& e : errors) {
+    EXPECT_EQ(e, errors[0]);
+    EXPECT_THAT(e, HasSubstr("start-up agreement: rank 2 differs from rank 0 in the "
+                             "configuration: optimizer.lr = 0.05 in rank 0, 0.2 in rank 2"));
+  }
+  EXPECT_EQ(agree(same), std::vector<std::string>(3));
 }
 
 }  // namespace

@@ -148,6 +148,11 @@ TEST(BucketPlan, SplitsOnlyATensorLargerThanABucketIntoCapacityPiecesFromItsEnd)
   EXPECT_THAT(plan_buckets(backward_order({2, 10, 1}), 4),
               ElementsAre(ArenaRange{12, 13}, ArenaRange{8, 12}, ArenaRange{4, 8},
                           ArenaRange{2, 4}, ArenaRange{0, 2}));
+  // whole_tensors (ZeRO stage 2's layers): big a bucket of its own, uncut
+  EXPECT_THAT(plan_buckets(backward_order({2, 10, 1}), 4, /*whole_tensors=*/true),
+              ElementsAre(ArenaRange{12, 13}, ArenaRange{2, 12}, ArenaRange{0, 2}));
+  EXPECT_THAT(plan_buckets(backward_order({1, 2, 10, 1}), 4, true),
+              ElementsAre(ArenaRange{13, 14}, ArenaRange{3, 13}, ArenaRange{0, 3}));
 }
 
 TEST(BucketPlan, ASkippedTensorClosesTheBucketSoEachIsContiguous) {

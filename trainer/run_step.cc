@@ -75,8 +75,8 @@ void TrainingRun::start_loop() {
                      .tp_csv = grid_t_ > 1,
                      .resume_step = first_step_,
                      .resume_from = options_.resume_from,
-                     .sequence_parallel = run_.workload.sequence_parallel,
-                     .recompute = run_.workload.recompute});
+                     .sequence_parallel = run_.workload.gpt.sequence_parallel,
+                     .recompute = run_.workload.gpt.recompute});
   for (int c = 0; c < layout_.chunks; ++c) {
     tp_formula_ += o_.parallel.m * model_->tp_allreduce_floats(c);
     gather_formula_ += o_.parallel.m * model_->tp_all_gather_floats(c);

@@ -13,7 +13,9 @@ their losses coincide step by step (bitwise-equal backends). Every run has a
 colour of its own (tab10 up to 10 runs, tab20 up to 20, then evenly spaced
 on a perceptual colour map) and one of four dash patterns, so lines that lie
 on each other still show; the legend sits below the panels, in as many
-columns as fit. --smooth W draws a moving average over W steps (the
+columns as fit. A run's legend entry names its mode when steps.csv records
+one other than the defaults (sequence parallelism, train.recompute; older
+files without those columns read as the defaults). --smooth W draws a moving average over W steps (the
 unsmoothed curve faint behind it) and says so on the axis; the default
 draws the rows as they are.
 
@@ -71,11 +73,24 @@ def moving_average(values, window):
     return out
 
 
+def run_mode(row):
+    """The modes a steps.csv row records that differ from the defaults, as
+    words ("" for the defaults and for files older than the columns)."""
+    words = []
+    if row.get("sequence_parallel", "0") == "1":
+        words.append("sequence-parallel")
+    if row.get("recompute", "none") not in ("none", "", None):
+        words.append(f"recompute {row['recompute']}")
+    return ", ".join(words)
+
+
 def read_run(run):
     """Per step (sorted): mean loss over the ranks' rows and the wall time at
-    its end (cumulative slowest step_s); eval rows as (step, accuracy %)."""
-    losses, step_s = defaultdict(list), defaultdict(float)
+    its end (cumulative slowest step_s); eval rows as (step, accuracy %); the
+    run's mode (run_mode) from its rows."""
+    losses, step_s, modes = defaultdict(list), defaultdict(float), set()
     for row in read_csv(os.path.join(run, "steps.csv")):
+        modes.add(run_mode(row))
         s = int(row["step"])
         losses[s].append(float(row["loss"]))
         step_s[s] = max(step_s[s], float(row["step_s"]))
@@ -89,7 +104,8 @@ def read_run(run):
     if os.path.exists(eval_path):
         evals = [(int(r["step"]), 100 * float(r["test_accuracy"])) for r in read_csv(eval_path)]
     return {"steps": steps, "loss": [sum(losses[s]) / len(losses[s]) for s in steps],
-            "wall": [wall[s] for s in steps], "evals": [(s, a, wall.get(s)) for s, a in evals]}
+            "wall": [wall[s] for s in steps], "evals": [(s, a, wall.get(s)) for s, a in evals],
+            "mode": "; ".join(sorted(m for m in modes if m))}
 
 
 def run_label(run, folders):
@@ -115,7 +131,8 @@ def plot_runs(folders, out, smooth=1):
             for ax, x in ((ax_loss, data["steps"]), (ax_loss_t, data["wall"])):
                 ax.plot(x, loss, color=colors[i], linewidth=0.6, alpha=0.25)
             loss = moving_average(loss, smooth)
-        (line,) = ax_loss.plot(data["steps"], loss, label=run_label(run, folders), **style)
+        label = run_label(run, folders) + (f" ({data['mode']})" if data["mode"] else "")
+        (line,) = ax_loss.plot(data["steps"], loss, label=label, **style)
         ax_loss_t.plot(data["wall"], loss, **style)
         handles.append(line)
         evals = [e for e in data["evals"] if e[2] is not None]

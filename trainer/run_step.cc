@@ -71,7 +71,12 @@ void TrainingRun::start_loop() {
   lead_ = workers.rank() == 0;
   log_ = std::make_unique<StepLog>(
       workers, grid_->pp(), grid_->shape(), grid_->coord(),
-      StepLogOptions{options_.out_dir, grid_t_ > 1, first_step_, options_.resume_from});
+      StepLogOptions{.out_dir = options_.out_dir,
+                     .tp_csv = grid_t_ > 1,
+                     .resume_step = first_step_,
+                     .resume_from = options_.resume_from,
+                     .sequence_parallel = run_.workload.gpt.sequence_parallel,
+                     .recompute = run_.workload.gpt.recompute});
   for (int c = 0; c < layout_.chunks; ++c) {
     tp_formula_ += o_.parallel.m * model_->tp_allreduce_floats(c);
     gather_formula_ += o_.parallel.m * model_->tp_all_gather_floats(c);

@@ -11,7 +11,8 @@
 namespace psar {
 
 const char* const kStepsCsvHeader =
-    "rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages,exposed_sync_s,injected_s,pushes_dropped,workers\n";
+    "rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages,exposed_sync_s,injected_s,pushes_dropped,workers,"
+    "sequence_parallel,recompute\n";
 
 namespace {
 
@@ -94,12 +95,14 @@ void StepLog::flush() {
   std::string steps, axes, tp;
   for (size_t k = 0; k < rows_.size(); ++k) {
     const StepRow& r = rows_[k];
-    char buf[320];
-    std::snprintf(buf, sizeof buf, "%d,%ld,%.6f,%.9g,%.9g,%.9g,%.9g,%ld,%ld,%ld,%.9g,%.17g,%ld,%d\n",
+    char buf[352];
+    std::snprintf(buf, sizeof buf,
+                  "%d,%ld,%.6f,%.9g,%.9g,%.9g,%.9g,%ld,%ld,%ld,%.9g,%.17g,%ld,%d,%d,%s\n",
                   workers_.rank(), static_cast<long>(r.step), r.epoch, mine[k], r.step_s,
                   r.compute_s, r.sync_s, static_cast<long>(r.bytes_sent),
                   static_cast<long>(r.bytes_recv), static_cast<long>(r.messages),
-                  r.exposed_sync_s, r.injected_s, static_cast<long>(r.pushes_dropped), r.workers);
+                  r.exposed_sync_s, r.injected_s, static_cast<long>(r.pushes_dropped), r.workers,
+                  options_.sequence_parallel ? 1 : 0, recompute_name(options_.recompute));
     steps += buf;
     axes += axes_csv_row(workers_.rank(), coord_, axes_[k]);
     if (options_.tp_csv) tp += tp_csv_row(workers_.rank(), shape_, coord_, axes_[k]);

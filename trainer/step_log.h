@@ -29,6 +29,7 @@
 
 #include "comm/comm.h"
 #include "core/csv.h"
+#include "core/recompute.h"
 #include "modelpar/grid.h"
 #include "trainer/axes.h"
 #include "trainer/run_common.h"
@@ -40,6 +41,10 @@ struct StepLogOptions {
   bool tp_csv = false;       // also write tp.csv (t > 1)
   int64_t resume_step = -1;  // ≥ 0: continue the run directory's files after this step
   std::string resume_from;   // the run directory resumed (with resume_step ≥ 0)
+  // The run's modes, written on every row so that a steps.csv read or
+  // plotted alone says what produced it.
+  bool sequence_parallel = false;          // parallel.sequence_parallel
+  Recompute recompute = Recompute::kNone;  // train.recompute
 };
 
 class StepLog {

@@ -333,8 +333,11 @@ int64_t Gpt::tp_reduce_scatter_floats(int chunk) const {
 }
 
 GptComputeCounts Gpt::compute_counts() const {
-  GptComputeCounts c{block_forwards_, 0};
-  for (const auto& b : blocks_) c.core_passes += b->attn.core_passes();
+  GptComputeCounts c{block_forwards_, 0, head_flops_};
+  for (const auto& b : blocks_) {
+    c.core_passes += b->attn.core_passes();
+    c.forward_flops += b->attn.forward_flops() + b->mlp.forward_flops();
+  }
   return c;
 }
 
@@ -426,6 +429,7 @@ void Gpt::run_forward(int chunk, Stash& s, const int32_t* tokens, const float* x
                            store_->param(lnf_w_).data(), store_->param(lnf_b_).data(), N, d);
     ops::gemm(false, true, N, V, d, 1.0f, s.xf.data(), d, store_->param(head_param()).data(), d,
               0.0f, s.logits.data(), V);
+    head_flops_ += 2 * N * V * d;
     params_read(chunk, ch.back_params, Read::kDone);
     params_read(chunk, head_embedding(), Read::kDone);
   }

@@ -74,6 +74,10 @@ namespace psar {
 struct GptComputeCounts {
   int64_t block_forwards = 0;  // transformer blocks run forward (full recomputation reruns each)
   int64_t core_passes = 0;     // attention scores-softmax-dropout over one (sequence, head)
+  // FLOPs (2 per multiply-add) of the forward GEMMs this rank ran — the
+  // blocks' linears and attention products and the head — recomputation's
+  // included (tests compare it with the closed form from the shapes).
+  int64_t forward_flops = 0;
 };
 
 class Gpt final : public Model {
@@ -182,6 +186,7 @@ class Gpt final : public Model {
   int wte_ = -1, wpe_ = -1, head_wte_ = -1, lnf_w_ = -1, lnf_b_ = -1;
   Buffer dwhole_, ln_grads_;  // sequence parallelism: [N, d] scratch, the layer norms' 4·d gradients
   int64_t block_forwards_ = 0;
+  int64_t head_flops_ = 0;  // the head's forward GEMMs (GptComputeCounts::forward_flops)
   uint64_t batches_ = 0;  // set_batch calls: the dropout masks' step
   double loss_ = 0;
 };

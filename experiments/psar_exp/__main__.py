@@ -29,7 +29,7 @@ LAUNCHERS = ("run", "pp_measure", "gpt_3d", "auto_tuning", "net_scaling", "clust
              "cluster_placement", "overlap", "ps_vs_allreduce", "report_collectives",
              "sim_validation", "simulate_tables", "pp_schedule_tables", "ps_curve", "ps_lite",
              "hybrid_cnn", "where_ps_wins", "zero", "sparse_ps", "simulate_published", "pp_hop",
-             "spare_servers", "collective_engine")
+             "spare_servers", "collective_engine", "recompute")
 # The scripts that only read what runs wrote (tables, plots) and start no psar.
 REPORTS = ("pp_report", "tp_report", "sync_table", "plot")
 USAGE = __doc__.format(launchers=", ".join(LAUNCHERS), reports=", ".join(REPORTS))

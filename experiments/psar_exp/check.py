@@ -156,6 +156,7 @@ FOLDERS = {
     "spare_servers": script("spare_servers"),
     "collective_engine": script("collective_engine"),
     "zero": script("zero"),
+    "recompute": script("recompute"),
     "sparse_ps": script("sparse_ps"),
     "pp_hop": script("pp_hop"),
     "gloo_tcp": both(folder_script("table.py", ["data"], "table.md"),

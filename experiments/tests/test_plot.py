@@ -17,17 +17,22 @@ from matplotlib.colors import to_hex  # noqa: E402
 import plot  # noqa: E402
 
 
-def write_run(path, losses, step_s, ranks=2, evals=()):
+def write_run(path, losses, step_s, ranks=2, evals=(), mode=None):
     """A run directory: steps.csv with `losses[k]` for every rank at step k+1
     (rank r's row offset by r, so the mean is losses[k] + (ranks-1)/2) and
-    step_s[k] on the slowest rank (the others half of it), eval.csv."""
+    step_s[k] on the slowest rank (the others half of it), eval.csv. mode:
+    (sequence_parallel, recompute) as the trainer writes them; None writes a
+    file from before those columns."""
     os.makedirs(path, exist_ok=True)
+    extra_head, extra = ("", "") if mode is None else (",sequence_parallel,recompute",
+                                                       f",{mode[0]},{mode[1]}")
     with open(os.path.join(path, "steps.csv"), "w") as f:
-        f.write("rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages,exposed_sync_s\n")
+        f.write("rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages,"
+                f"exposed_sync_s{extra_head}\n")
         for k, (loss, t) in enumerate(zip(losses, step_s)):
             for r in range(ranks):
                 slow = t if r == ranks - 1 else t / 2
-                f.write(f"{r},{k + 1},0,{loss + r},{slow},0,0,0,0,0,0\n")
+                f.write(f"{r},{k + 1},0,{loss + r},{slow},0,0,0,0,0,0{extra}\n")
     with open(os.path.join(path, "eval.csv"), "w") as f:
         f.write("step,epoch,test_loss,test_accuracy\n")
         for step, acc in evals:
@@ -55,6 +60,17 @@ def test_runs_by_step_and_by_wall_time(tmp_path):
     assert list(acc_time[0].get_ydata()) == [50.0]
     ax, _ = lines_of(fig, "loss by step")
     assert "smoothed" not in ax.get_ylabel() and "average" not in ax.get_ylabel()
+
+
+def test_a_runs_legend_entry_names_its_mode_unless_default(tmp_path):
+    write_run(tmp_path / "old", [3.0], [0.1])
+    write_run(tmp_path / "plain", [3.0], [0.1], mode=(0, "none"))
+    write_run(tmp_path / "sel", [3.0], [0.1], mode=(0, "selective"))
+    write_run(tmp_path / "spfull", [3.0], [0.1], mode=(1, "full"))
+    fig = plot.plot_runs([str(tmp_path)], str(tmp_path / "out.png"))
+    _, lines = lines_of(fig, "loss by step")
+    assert [l.get_label() for l in lines] == [
+        "old", "plain", "sel (recompute selective)", "spfull (sequence-parallel, recompute full)"]
 
 
 def test_smoothing_is_named_only_when_applied(tmp_path):

@@ -34,6 +34,7 @@ void ColumnParallelLinear::forward(float* y, const float* x, int64_t N) {
   x = whole_input(x, N);
   f_forward(tp_, {x, static_cast<size_t>(N * o_.in)});
   const float* b = o_.bias ? store_->param(bias_).data() : nullptr;
+  forward_flops_ += 2 * N * o_.in * c;  // [N, in]·[in, out/t]
   if (!o_.gather_output) {
     ops::linear_forward(y, x, store_->param(weight_).data(), b, N, o_.in, c);
     return;

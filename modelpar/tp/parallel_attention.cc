@@ -87,6 +87,7 @@ void ParallelSelfAttention::core(float* p, float* pd, const float* q, const floa
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
   // scores = Q·Kᵀ/√d_h, then a causal softmax per row (positions j ≤ i)
   ops::gemm(false, true, T_, T_, hd_, scale, q, ld, k, ld, 0.0f, p, T_);
+  core_flops_ += 2 * T_ * T_ * hd_;
   ops::causal_softmax_forward(p, T_);
   if (drop.p > 0)
     ops::dropout_forward(pd, p, T_ * T_, drop.p, drop.seed, drop.stream(o_.name + ".attn_dropout"),
@@ -127,6 +128,7 @@ void ParallelSelfAttention::forward(Activations& a, float* y, const float* x, in
       // ctx_h = P·V: [T, d_h] into columns h·d_h of ctx [N, d/t]
       ops::gemm(false, false, T_, hd_, T_, 1.0f, pv, T_, v, ld, 0.0f,
                 a.ctx.data() + b * T_ * dl + h * hd_, dl);
+      core_flops_ += 2 * T_ * T_ * hd_;
     }
   }
   // g: all-reduce of the partial products (reduce-scatter sequence-parallel), then + b_o

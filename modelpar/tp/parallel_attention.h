@@ -84,6 +84,9 @@ class ParallelSelfAttention {
   // Score-softmax-dropout passes over one head of one sequence, counted
   // (forward and recomputation alike): the recomputation's extra work.
   int64_t core_passes() const { return core_passes_; }
+  // FLOPs of every forward GEMM run so far (QKV, Q·Kᵀ, P·V, the output
+  // projection), the recomputed Q·Kᵀ of recompute_core included.
+  int64_t forward_flops() const { return qkv_.forward_flops() + proj_.forward_flops() + core_flops_; }
 
  private:
   // First index of head block (b, local head h) in the serial [B, H, T, T] tensor.
@@ -104,6 +107,7 @@ class ParallelSelfAttention {
   Buffer datt_;  // [T, T] scratch of one head's backward
   Buffer att_scratch_, att_drop_scratch_;  // [T, T] one head's probabilities with recompute_core
   int64_t core_passes_ = 0;
+  int64_t core_flops_ = 0;  // Q·Kᵀ and P·V, counted where they run
 };
 
 }  // namespace psar

@@ -26,6 +26,12 @@ class ParallelLinear {
   virtual void backward_input(float* dx, const float* dy, int64_t N) = 0;
   // Accumulates the weight and bias gradients.  x: [N, in_features()]
   virtual void backward_weight(const float* dy, const float* x, int64_t N) = 0;
+  // FLOPs (2 per multiply-add) of every forward GEMM run so far, a
+  // recomputation's included: what the rank computed, not a form.
+  int64_t forward_flops() const { return forward_flops_; }
+
+ protected:
+  int64_t forward_flops_ = 0;
 };
 
 }  // namespace psar

@@ -76,6 +76,8 @@ class ParallelMLP {
   void backward_weight(const Activations& a, const float* x, int64_t N);
   // Floats of an Activations for N rows: 4·N·h + N·d_model (N/t·d_model sequence-parallel).
   int64_t activation_floats(int64_t N) const;
+  // FLOPs of every forward GEMM run so far (both linears, recomputation's included).
+  int64_t forward_flops() const { return fc_->forward_flops() + proj_->forward_flops(); }
 
  private:
   TpGroup& tp_;

@@ -40,6 +40,7 @@ void RowParallelLinear::forward(float* y, const float* x, int64_t N) {
   }
   ops::gemm(false, false, N, o_.out, in_local(), 1.0f, xr, ld, store_->param(weight_).data(),
             o_.out, 0.0f, partial, o_.out);
+  forward_flops_ += 2 * N * in_local() * o_.out;
   int64_t rows = N;
   if (o_.sequence_parallel) {
     reduce_scatter_rows(tp_, y, partial, N, o_.out);

@@ -398,7 +398,8 @@ TEST(Transfers, BlockingSendsAddOneTransferPerMicroBatchOnTwoStages) {
 }
 
 // Scatter/gather: each of the t senders puts 1/t of the activation on the
-// wire (its own NIC here), and the receivers all-gather it on the node.
+// wire (its own NIC here), and the receivers all-gather it on the node;
+// with one NIC per node the t senders share it.
 TEST(Transfers, ScatterGatherPutsOneTthOnTheWire) {
   StepSpec s = pipeline("1f1b", 2, 4, 1);
   s.model.hidden = 4096;
@@ -410,6 +411,14 @@ TEST(Transfers, ScatterGatherPutsOneTthOnTheWire) {
   EXPECT_NEAR(simulate_step(c, s).transfer_s, whole, 1e-12);
   s.scatter_gather = true;
   EXPECT_NEAR(simulate_step(c, s).transfer_s, kAlpha + 32.0 * 4096 * 2 / 4 / kBandwidth, 1e-12);
+  // One NIC per node: the t concurrent sends of a stage boundary share it
+  // (equal sharing, sim/collective.h). Whole copies: t·S on one NIC, t
+  // times the wire; scatter/gather's t pieces of S/t: S on it, the time of
+  // one whole copy on a NIC of its own.
+  c.nics_per_node = 1;
+  EXPECT_NEAR(simulate_step(c, s).transfer_s, whole, 1e-12);
+  s.scatter_gather = false;
+  EXPECT_NEAR(simulate_step(c, s).transfer_s, kAlpha + 4 * 32.0 * 4096 * 2 / kBandwidth, 1e-12);
 }
 
 // The embedding's TP collective: with sequence parallelism a reduce-scatter

@@ -247,7 +247,7 @@ TEST_F(Checkpoints, AResumedStepLogKeepsTheRowsUpToTheCheckpointAndDropsACutLine
   });
   EXPECT_EQ(read(steps), std::string(kStepsCsvHeader) +
                              "0,1,0.1,9,0,0,0,0,0,0,0,0,0\n0,2,0.2,8,0,0,0,0,0,0,0,0,0\n"
-                             "0,3,0.300000,6.5,0,0,0,0,0,0,0,0,0,0\n");
+                             "0,3,0.300000,6.5,0,0,0,0,0,0,0,0,0,0,0,none\n");
   EXPECT_TRUE(fs::exists(dir_ / "axes.csv"));
   EXPECT_TRUE(fs::exists(dir_ / "eval.csv"));
 }

@@ -78,7 +78,7 @@ TEST_F(Cli, AGoodConfigRunsAndWritesItsFiles) {
   std::getline(in, header);
   EXPECT_EQ(header,
             "rank,step,epoch,loss,step_s,compute_s,sync_s,bytes_sent,bytes_recv,messages,"
-            "exposed_sync_s,injected_s,pushes_dropped,workers");
+            "exposed_sync_s,injected_s,pushes_dropped,workers,sequence_parallel,recompute");
   std::ifstream summary(dir_ / "run" / "summary.csv");
   std::getline(summary, header);
   std::string row;
@@ -274,7 +274,8 @@ TEST_F(Cli, BackupWorkersUnderMpirunDropExactlyBPushesPerStep) {
     std::vector<std::string> cells;
     std::stringstream ss(line);
     for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
-    ASSERT_EQ(cells.size(), 14u) << line;
+    ASSERT_EQ(cells.size(), 16u) << line;
+    EXPECT_EQ(cells[14] + "," + cells[15], "0,none") << line;  // the modes' defaults
     EXPECT_EQ(cells[13], "2") << line;  // each clock averaged N = 3 - b workers
     const double compute = std::stod(cells[5]), injected = std::stod(cells[11]);
     if (cells[0] == "2") {

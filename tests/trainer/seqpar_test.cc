@@ -6,9 +6,11 @@
 // train.recompute selective and full end bitwise where none ends (with and
 // without sequence parallelism). The measured peak of the activations per
 // stage (pipeline.csv) equals the in-flight count times one micro-batch's
-// floats counted here from the layer shapes for every mode. On one TP group,
-// the work recomputation adds (block forwards, attention-core passes) and
-// the collectives sequence parallelism runs are counted against closed forms.
+// floats counted here from the layer shapes for every mode, and every
+// steps.csv row names its mode. On one TP group,
+// the work recomputation adds (block forwards, attention-core passes, the
+// forward GEMMs' FLOPs) and the collectives sequence parallelism runs are
+// counted against closed forms.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -143,6 +145,13 @@ TEST_P(ActivationBytes, PeakPerStageEqualsTheFormFromTheLayerShapes) {
     ++checked;
   }
   EXPECT_EQ(checked, g.p);
+  // Every steps.csv row names the mode that produced it.
+  const auto steps = testing::read_csv_rows(dir_ / "steps.csv");
+  ASSERT_FALSE(steps.empty());
+  for (const auto& r : steps) {
+    EXPECT_EQ(r.at("sequence_parallel"), mode.sp ? "1" : "0");
+    EXPECT_EQ(r.at("recompute"), mode.recompute);
+  }
 }
 
 std::vector<std::tuple<int, Mode>> byte_cases() {
@@ -189,6 +198,17 @@ TEST(RecomputeWork, ExtraForwardsAndCorePassesAreCountedPerMode) {
         EXPECT_EQ(c.block_forwards, (r == Recompute::kFull ? 2 : 1) * L) << recompute_name(r);
         EXPECT_EQ(c.core_passes, (r == Recompute::kNone ? 1 : 2) * L * B * H / t)
             << recompute_name(r);
+        // Forward GEMM FLOPs from the shapes (N = B·T rows, per rank):
+        // per block QKV 6·N·d²/t, projection 2·N·d²/t, MLP 16·N·d²/t, and
+        // Q·Kᵀ and P·V 2·N·T·d/t each; the head 2·N·d·V. Recomputation
+        // adds Q·Kᵀ per block (selective) or the whole block (full).
+        const int64_t N = B * o.seq_len, d = o.d_model, T = o.seq_len;
+        const int64_t linears = 24 * N * d * d / t, qk = 2 * N * T * d / t, pv = qk;
+        const int64_t block = linears + qk + pv, head = 2 * N * d * o.vocab;
+        const int64_t extra = r == Recompute::kFull ? L * block
+                              : r == Recompute::kSelective ? L * qk
+                                                           : 0;
+        EXPECT_EQ(c.forward_flops, L * block + head + extra) << recompute_name(r);
       });
     }
 }

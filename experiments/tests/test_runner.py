@@ -114,7 +114,9 @@ def test_provenance_names_command_commits_load_and_steal_and_replaces_its_own_se
         "# exp\n\nHand-written text.\n\n" + runner.PROVENANCE_BEGIN + "\nold\n" +
         runner.PROVENANCE_END + "\n\n<!-- generated:begin provenance -->\n**Not pinned**\n"
         "<!-- generated:end -->\n\nMore text.\n")
-    state = runner.begin(str(folder), psar="/x/psar", argv=["experiments/run.py", "e.yaml"])
+    # The script as the shell names it, from any directory.
+    script = os.path.join(runner.ROOT, "experiments", "run.py")
+    state = runner.begin(str(folder), psar="/x/psar", argv=[script, "e.yaml"])
     state.update(load=1.5, cpu=(0, 1))
     runner.record_provenance(str(folder), state)
     runner.record_provenance(str(folder), state)  # a second run replaces, never appends

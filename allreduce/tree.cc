@@ -44,11 +44,10 @@ Program tree_program(const ProgramShape& shape) {
 // bytes on the wire.
 CostTerms tree_cost(int ranks, int64_t bytes, const AllreduceOptions& options) {
   if (ranks == 1) return {};
-  int depth = 0;
-  while ((2 << depth) <= ranks) ++depth;
-  const int64_t float_bytes = bytes / element_size(options.dtype) * static_cast<int64_t>(sizeof(float));
-  const int64_t segments =
-      std::max<int64_t>(1, (float_bytes + options.segment_bytes - 1) / options.segment_bytes);
+  const int depth = HeapTree{ranks, 0}.deepest();
+  ProgramShape cut;
+  cut.segment_bytes = options.segment_bytes;
+  const int64_t segments = cut.segments(bytes / element_size(options.dtype));
   const double k = std::min(2, ranks - 1);
   const double m = ranks >= 5 ? 3 : k;  // rank 1 has children 3 and 4 from N = 5 on
   const double s = static_cast<double>(segments), piece = static_cast<double>(bytes) / s;

@@ -84,6 +84,9 @@ ClusterSpec cluster_from_config(const Config& c) {
       throw ConfigError("cluster.gpu.gemm_tiles: tile sizes must be positive");
     s.gpu.tiles.emplace_back(static_cast<int>(tiles[i]), static_cast<int>(tiles[i + 1]));
   }
+  if (c.has("cluster.gpu.gemm_table"))
+    s.gpu.gemm_table =
+        &builtin_gemm_table(c.get_string("cluster.gpu.gemm_table"), "cluster.gpu.gemm_table");
   s.intra.bandwidth =
       positive(c, "cluster.intra.bandwidth", c.get_bandwidth("cluster.intra.bandwidth"));
   s.intra.latency = c.get_duration("cluster.intra.latency");

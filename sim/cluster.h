@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "sim/gemm_table.h"
 
 namespace psar::sim {
 
@@ -50,6 +51,11 @@ struct GpuSpec {
   // launch.
   double memory_bandwidth = 0;
   std::vector<std::pair<int, int>> tiles = {{128, 256}, {256, 128}, {128, 128}};
+  // The GPU model's measured GEMM rates (cluster.gpu.gemm_table; one of the
+  // built-in tables, sim/gemm_table.h): when set, a GEMM's math runs at the
+  // table's rate for its layout and shape, in place of peak_flops ·
+  // gemm_efficiency · wave quantization (sim/gpt_cost.h, gemm_seconds).
+  const GemmTable* gemm_table = nullptr;
 };
 
 struct ClusterSpec {
@@ -61,7 +67,8 @@ struct ClusterSpec {
   int gpus() const { return nodes * gpus_per_node; }
 };
 
-// From the config's cluster.* keys; ConfigError naming the key for a
+// From the config's cluster.* keys; ConfigError naming the key for an
+// unknown cluster.gpu.gemm_table, a
 // non-positive size, bandwidth or peak, an efficiency outside (0, 1], a
 // cluster.{intra,inter}.efficiency entry that is not "SIZE:SHARE" with sizes
 // ascending and shares in (0, 1], or more NICs than GPUs per node.

@@ -24,10 +24,10 @@ struct Gemm {
 
 // On-chip GEMMs (FlashAttention's scores and context): no memory bound.
 double on_chip_seconds(const GpuSpec& gpu, double batch, int64_t rows, int64_t cols,
-                       int64_t inner) {
+                       int64_t inner, GemmLayout layout = GemmLayout::kNN) {
   GpuSpec compute_only = gpu;
   compute_only.memory_bandwidth = 0;
-  return gemm_seconds(compute_only, batch, rows, cols, inner);
+  return gemm_seconds(compute_only, batch, rows, cols, inner, layout);
 }
 
 GemmSeconds sum(const GpuSpec& gpu, std::initializer_list<Gemm> gemms, bool flash) {
@@ -35,13 +35,13 @@ GemmSeconds sum(const GpuSpec& gpu, std::initializer_list<Gemm> gemms, bool flas
   size_t k = 0;
   for (const Gemm& m : gemms) {
     const bool core = flash && (k == 1 || k == 2);  // scores, context (block_gemm_seconds)
-    auto time = [&](int64_t rows, int64_t cols, int64_t inner) {
-      return core ? on_chip_seconds(gpu, m.batch, rows, cols, inner)
-                  : gemm_seconds(gpu, m.batch, rows, cols, inner);
+    auto time = [&](int64_t rows, int64_t cols, int64_t inner, GemmLayout layout) {
+      return core ? on_chip_seconds(gpu, m.batch, rows, cols, inner, layout)
+                  : gemm_seconds(gpu, m.batch, rows, cols, inner, layout);
     };
-    out.forward += time(m.rows, m.cols, m.inner);
-    out.input_grad += time(m.rows, m.inner, m.cols);
-    out.weight_grad += time(m.inner, m.cols, m.rows);
+    out.forward += time(m.rows, m.cols, m.inner, GemmLayout::kNN);
+    out.input_grad += time(m.rows, m.inner, m.cols, GemmLayout::kNT);
+    out.weight_grad += time(m.inner, m.cols, m.rows, GemmLayout::kTN);
     ++k;
   }
   return out;
@@ -49,12 +49,16 @@ GemmSeconds sum(const GpuSpec& gpu, std::initializer_list<Gemm> gemms, bool flas
 
 }  // namespace
 
-double gemm_seconds(const GpuSpec& gpu, double batch, int64_t rows, int64_t cols, int64_t inner) {
+double gemm_seconds(const GpuSpec& gpu, double batch, int64_t rows, int64_t cols, int64_t inner,
+                    GemmLayout layout) {
   const double r = static_cast<double>(rows), c = static_cast<double>(cols),
                k = static_cast<double>(inner);
-  const double compute = 2.0 * batch * r * c * k /
-                         (gpu.peak_flops * gpu.gemm_efficiency *
-                          gemm_wave_efficiency(gpu, batch, rows, cols));
+  const double compute =
+      gpu.gemm_table
+          ? 2.0 * batch * r * c * k / gpu.gemm_table->flops_per_s(layout, batch, rows, cols, inner)
+          : 2.0 * batch * r * c * k /
+                (gpu.peak_flops * gpu.gemm_efficiency *
+                 gemm_wave_efficiency(gpu, batch, rows, cols));
   if (gpu.memory_bandwidth <= 0) return compute;
   const double bytes = kGemmOperandBytes * batch * (r * k + k * c + r * c);
   return std::max(compute, bytes / gpu.memory_bandwidth);
@@ -100,6 +104,12 @@ GemmSeconds head_gemm_seconds(const GptShape& g, int64_t b, int t, const GpuSpec
   const int64_t tokens = b * g.seq, cols = (g.vocab + t - 1) / t;
   const double flops = 2.0 * static_cast<double>(tokens) * static_cast<double>(g.hidden) *
                        static_cast<double>(g.vocab) / t;
+  if (gpu.gemm_table) {
+    const GemmTable& table = *gpu.gemm_table;
+    return {flops / table.flops_per_s(GemmLayout::kNN, 1, tokens, cols, g.hidden),
+            flops / table.flops_per_s(GemmLayout::kNT, 1, tokens, g.hidden, cols),
+            flops / table.flops_per_s(GemmLayout::kTN, 1, g.hidden, cols, tokens)};
+  }
   const double rate = gpu.peak_flops * gpu.gemm_efficiency;
   return {flops / (rate * gemm_wave_efficiency(gpu, 1, tokens, cols)),
           flops / (rate * gemm_wave_efficiency(gpu, 1, tokens, g.hidden)),

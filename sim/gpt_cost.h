@@ -76,8 +76,19 @@ double gemm_wave_efficiency(const GpuSpec& gpu, double batch, int64_t rows, int6
 // FLOP per byte) and run at memory speed; the projections and MLP GEMMs
 // sit far above it. memory_bandwidth 0: no memory bound. The roofline has
 // no constant of its own: peak and bandwidth are the data sheet's.
+//
+// With gpu.gemm_table (a GPU model's measured cuBLAS rates,
+// sim/gemm_table.h) the math term is instead
+//   2·batch·rows·cols·inner / table.flops_per_s(layout, batch, rows, cols, inner)
+// — the measured rate for that layout and shape, interpolated: wave
+// quantization, tile choice and the small-GEMM fall-off come from the
+// measurements and nothing is multiplied on top (peak_flops,
+// gemm_efficiency and the tiles are not read); the memory bound stays.
+// `layout`: NN for a forward product, NT for an input gradient (dX = dY·Wᵀ),
+// TN for a weight gradient (dW = Xᵀ·dY); it matters only with a table.
 inline constexpr double kGemmOperandBytes = 2;
-double gemm_seconds(const GpuSpec& gpu, double batch, int64_t rows, int64_t cols, int64_t inner);
+double gemm_seconds(const GpuSpec& gpu, double batch, int64_t rows, int64_t cols, int64_t inner,
+                    GemmLayout layout = GemmLayout::kNN);
 
 // Seconds of a layer's GEMMs on one GPU of a t-wide tensor-parallel group,
 // each by gemm_seconds (no kernel overheads; with `flash` the scores and
@@ -88,7 +99,8 @@ double gemm_seconds(const GpuSpec& gpu, double batch, int64_t rows, int64_t cols
 // scores b·a/t of s × s (K = h/a), context b·a/t of s × h/a (K = s),
 // projection M × h (K = h/t), fc1 M × 4h/t (K = h), fc2 M × h (K = 4h/t);
 // the head M × V/t (K = h). With sms = 0 these are the FLOP counts above
-// over the rate, the backward halves each equal to the forward.
+// over the rate, the backward halves each equal to the forward. With a
+// GEMM table the three halves are its NN, NT and TN rates.
 struct GemmSeconds {
   double forward = 0, input_grad = 0, weight_grad = 0;
 };

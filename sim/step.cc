@@ -218,7 +218,7 @@ class StepSimulation {
       return gemm_seconds(device, 1, tokens, cols, inner);
     };
     const auto input_grad = [&](int64_t cols, int64_t inner) {
-      return gemm_seconds(device, 1, tokens, inner, cols);
+      return gemm_seconds(device, 1, tokens, inner, cols, GemmLayout::kNT);
     };
     const auto exposed = [](double comm, double gemm) { return std::max(0.0, comm - gemm); };
     tp2_ = exposed(tp_ag_, forward(qkv, h)) + exposed(tp_rs_, forward(h, h / t_)) +

@@ -178,6 +178,7 @@ Schema build() {
   s.add({"cluster.gpu.memory_margin", T::kFloat, "0.1", "plan: share of a GPU's memory kept free for the allocator's fragmentation and the CUDA context"});
   s.add({"cluster.gpu.sms", T::kInt, "0", "simulate: streaming multiprocessors, for the GEMMs' wave quantization (A100: 108, H100 SXM: 132; 0 = off)"});
   s.add({"cluster.gpu.memory_bandwidth", T::kBandwidth, "", "simulate: GPU memory bandwidth for the layers' memory-bound kernels (A100 80GB: 2039GB/s; unset = those kernels cost only their launch)"});
+  s.add({"cluster.gpu.gemm_table", T::kString, "", "simulate: the GPU model's measured GEMM rates by layout and shape (a table built into psar from sim/gemm/NAME.csv: h100_sxm); a GEMM then runs at the table's interpolated rate in place of peak_flops x gemm_efficiency x wave quantization; unset = that formula"});
   s.add({"cluster.gpu.gemm_tiles", T::kIntList, "[128, 256, 256, 128, 128, 128]", "simulate: a GEMM's output tiles as (rows, cols) pairs; each GEMM takes the one that fills its waves best (wave quantization)"});
   s.add({"cluster.intra.bandwidth", T::kBandwidth, "300GB/s", "simulate: per-GPU link to the node's switch, each way"});
   s.add({"cluster.intra.latency", T::kDuration, "5us", "simulate: per-message latency inside a node"});

@@ -6,11 +6,12 @@ cluster of experiments/simulate/ with the row's model and grid, into
 results/simulate/published/: table.md (source, configuration, published,
 predicted, error) and rows.csv.
 
-The constants are the configs' own: cluster.gpu.gemm_efficiency as
+The constants are the configs' own: on A100 cluster.gpu.gemm_efficiency as
 experiments/simulate_tables.py fitted it on Megatron's 145.6B weak-scaling
-row (megatron_145p6b.yaml; that row is not one of these), kernel_overhead
-10 us (set by hand), the SM counts, tiles, memory and link bandwidths the
-hardware's. Nothing is refitted here.
+row (megatron_145p6b.yaml; that row is not one of these); on H100 the
+measured GEMM table cluster.gpu.gemm_table = h100_sxm (sim/gemm/README.md);
+kernel_overhead 10 us (set by hand), the SM counts, tiles, memory and link
+bandwidths the hardware's. Nothing is refitted here.
 
 usage: experiments/simulate_published.py [--reference] [--out DIR]
 """
@@ -138,6 +139,11 @@ def render(folder):
                       f"{err:+.1f} %", "no target" if target is None else f"±{target:g} %: {'met' if ok else 'missed'}",
                       row["assumed"] or "-"])
     consts = md_table(["GPU", "base config", "constant", "value", "provenance"], [
+        [gpu.upper(), BASE[gpu], "gemm_table", constants[gpu]["gemm_table"],
+         "measured: cuBLAS bf16 GEMMs timed on one H100 SXM by tools/gemm_sweep.py "
+         "(sim/gemm/README.md: card, driver, PyTorch, date, command), interpolated by shape "
+         "and layout in place of peak x efficiency x waves; not fitted on any row here"]
+        if "gemm_table" in constants[gpu] else
         [gpu.upper(), BASE[gpu], "gemm_efficiency", constants[gpu]["gemm_efficiency"],
          "fitted by experiments/simulate_tables.py on Megatron-LM's weak-scaling 145.6B row "
          "(Narayanan et al. 2021, Table 1: 148 TFLOP/s), not on any row here"]
@@ -160,7 +166,8 @@ def render(folder):
             "(DGX A100 nodes, 8 x 200 Gbit/s InfiniBand, hierarchical all-reduce of fp32 "
             "gradients after the backward, each pipeline stage waiting on its sends as Megatron's "
             "2021-2022 schedules do: simulate.blocking_p2p), Llama 3 and the Megatron-LM README's weak-scaling rows "
-            "on H100 (8 x 400 Gbit/s, flash attention; the README's rows at sequence 4096, "
+            "on H100 (each GEMM at the measured cuBLAS rate of its shape and layout, "
+            "sim/gemm/h100_sxm.csv; 8 x 400 Gbit/s, flash attention; the README's rows at sequence 4096, "
             "vocabulary 131072, v the best of those dividing L/p where unstated; their "
             "pipeline sends overlapped and, with sequence parallelism, their TP communication "
             "overlapped with the GEMMs, simulate.tp_comm_overlap, as the README states). Every "

@@ -1,6 +1,6 @@
 #pragma once
 // A GPU model's measured GEMM rate by shape (`cluster.gpu.gemm_table`,
-// docs/simulate.md "GEMM tables"): cuBLAS GEMMs timed on one card, one CSV
+// docs/simulate.md, "A GPU model's measured GEMM table"): cuBLAS GEMMs timed on one card, one CSV
 // row per timed shape,
 //   gpu,dtype,layout,batch,m,n,k,ms,tflops
 // — `batch` products of an [m, k] by a [k, n] matrix in `layout` (NN: the
@@ -22,8 +22,8 @@
 // with few partners on the later axes), the neighbours on an axis are the
 // nearest whose rows span the query on every later axis, so a lone shape
 // does not pull a query at other sizes toward its edge value; a query at a
-// measured shape returns it. On a full grid this is multilinear interpolation of
-// log(rate) in the logs of the sizes: exact for any rate of the form
+// measured shape returns it. On a full grid this is multilinear
+// interpolation of log(rate) in the logs of the sizes: exact for any rate of the form
 // C·batch^α·m^β·n^γ·k^δ (the small-GEMM regime, where time is flat) and
 // for a rate that is constant (the large-GEMM regime). Wave quantization
 // and the tile choice are in the measured rows and nowhere else: between
@@ -55,7 +55,6 @@ class GemmTable {
   const std::string& dtype() const { return dtype_; }
   size_t rows() const;
 
- public:
   struct Point {
     double batch, m, n, k;  // logs of the sizes
     double log_rate;

@@ -35,7 +35,8 @@ BASE = {"a100": "megatron_145p6b.yaml", "h100": "llama3_405b_8192.yaml"}
 STRONG_SCALING_POINTS = 3.0
 # v = best tries at most this many chunks per stage.
 MAX_CHUNKS = 8
-TARGET = {"Narayanan": 5.0, "Korthikanti": 8.0, "Llama": None, "NVIDIA Megatron-LM README": None}
+TARGET = {"Narayanan": 5.0, "Korthikanti": 8.0, "Llama": None, "NVIDIA Megatron-LM README": None,
+          "MosaicML": None}
 
 
 def chunk_choices(row):
@@ -98,6 +99,8 @@ def predicted(row, r):
         return 100 * r["mfu"]
     if metric == "model_tflops":  # the model's FLOPs (no recomputation) per GPU-second
         return r["model_flops"] / (r["step_s"] * r["gpus"]) / 1e12
+    if metric == "tokens_per_gpu_s":  # B·s tokens per step, per GPU-second
+        return int(row["batch"]) * int(row["seq"]) / (r["step_s"] * r["gpus"])
     raise ValueError(f"{DATA}: row {row['id']}: unknown metric '{metric}'")
 
 
@@ -134,7 +137,8 @@ def render(folder):
                   f"recompute {row['recompute']}" + (", SP" if row["sp"] == "true" else "")
                   + (f", ZeRO-{row['zero']}" if row["zero"] != "0" else ""))
         unit = {"tflops": "TFLOP/s/GPU", "iter_s": "s/iteration", "mfu": "MFU %",
-                "model_tflops": "model TFLOP/s/GPU"}[row["metric"]]
+                "model_tflops": "model TFLOP/s/GPU",
+                "tokens_per_gpu_s": "tokens/s/GPU"}[row["metric"]]
         table.append([row["id"], row["source"], row["checked"], config, unit, f"{pub:g}", f"{pred:.4g}",
                       f"{err:+.1f} %", "no target" if target is None else f"±{target:g} %: {'met' if ok else 'missed'}",
                       row["assumed"] or "-"])

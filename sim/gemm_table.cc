@@ -15,9 +15,12 @@ using psar::detail::concat;
 
 const char* layout_name(GemmLayout layout) {
   switch (layout) {
-    case GemmLayout::kNN: return "NN";
-    case GemmLayout::kNT: return "NT";
-    case GemmLayout::kTN: return "TN";
+    case GemmLayout::kNN:
+      return "NN";
+    case GemmLayout::kNT:
+      return "NT";
+    case GemmLayout::kTN:
+      return "TN";
   }
   return "?";
 }
@@ -33,9 +36,12 @@ std::vector<std::string> fields(const std::string& line) {
   std::vector<std::string> out(1);
   bool quoted = false;
   for (char ch : line) {
-    if (ch == '"') quoted = !quoted;
-    else if (ch == ',' && !quoted) out.emplace_back();
-    else if (ch != '\r') out.back() += ch;
+    if (ch == '"')
+      quoted = !quoted;
+    else if (ch == ',' && !quoted)
+      out.emplace_back();
+    else if (ch != '\r')
+      out.back() += ch;
   }
   return out;
 }
@@ -107,9 +113,7 @@ double interpolate(const std::vector<GemmTable::Point>& pts, size_t first, size_
 
 }  // namespace
 
-size_t GemmTable::rows() const {
-  return points_[0].size() + points_[1].size() + points_[2].size();
-}
+size_t GemmTable::rows() const { return points_[0].size() + points_[1].size() + points_[2].size(); }
 
 GemmTable GemmTable::parse(const std::string& csv, const std::string& origin) {
   GemmTable table;
@@ -135,8 +139,7 @@ GemmTable GemmTable::parse(const std::string& csv, const std::string& origin) {
     }
     auto field = [&](const std::string& name) -> const std::string& {
       const size_t i = column.at(name);
-      if (i >= f.size())
-        throw DataError(concat(where, ": ", f.size(), " fields, no '", name, "'"));
+      if (i >= f.size()) throw DataError(concat(where, ": ", f.size(), " fields, no '", name, "'"));
       return f[i];
     };
     auto positive = [&](const std::string& name) {
@@ -157,8 +160,7 @@ GemmTable GemmTable::parse(const std::string& csv, const std::string& origin) {
     int li = -1;
     for (GemmLayout l : kLayouts)
       if (layout == layout_name(l)) li = static_cast<int>(l);
-    if (li < 0)
-      throw DataError(concat(where, ": layout '", layout, "' is none of NN, NT, TN"));
+    if (li < 0) throw DataError(concat(where, ": layout '", layout, "' is none of NN, NT, TN"));
     if (table.gpu_.empty() && table.dtype_.empty()) {
       table.gpu_ = field("gpu");
       table.dtype_ = field("dtype");
@@ -167,12 +169,12 @@ GemmTable GemmTable::parse(const std::string& csv, const std::string& origin) {
                              "' differ from the first row's '", table.gpu_, "', '", table.dtype_,
                              "' (one table per GPU model and type)"));
     }
-    const double batch = positive("batch"), m = positive("m"), n = positive("n"),
-                 k = positive("k"), ms = positive("ms"), tflops = positive("tflops");
+    const double batch = positive("batch"), m = positive("m"), n = positive("n"), k = positive("k"),
+                 ms = positive("ms"), tflops = positive("tflops");
     const double rate = 2 * batch * m * n * k / (ms * 1e-3);
     if (std::abs(rate / (tflops * 1e12) - 1) > kTflopsTolerance)
-      throw DataError(concat(where, ": tflops ", tflops, " disagrees with 2·batch·m·n·k / ms = ",
-                             rate / 1e12));
+      throw DataError(
+          concat(where, ": tflops ", tflops, " disagrees with 2·batch·m·n·k / ms = ", rate / 1e12));
     const Point p{std::log(batch), std::log(m), std::log(n), std::log(k), std::log(rate)};
     if (!seen.emplace(std::make_tuple(li, p.batch, p.m, p.n, p.k), lineno).second)
       throw DataError(concat(where, ": the shape ", layout, " batch ", field("batch"), " ",
@@ -184,8 +186,8 @@ GemmTable GemmTable::parse(const std::string& csv, const std::string& origin) {
   for (GemmLayout l : kLayouts) {
     auto& pts = table.points_[static_cast<int>(l)];
     if (pts.empty())
-      throw DataError(concat(origin, ": no row of layout ", layout_name(l),
-                             " (a table times NN, NT and TN)"));
+      throw DataError(
+          concat(origin, ": no row of layout ", layout_name(l), " (a table times NN, NT and TN)"));
     std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) {
       return std::tie(a.batch, a.m, a.n, a.k) < std::tie(b.batch, b.m, b.n, b.k);
     });

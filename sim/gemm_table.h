@@ -62,7 +62,7 @@ class GemmTable {
 
  private:
   std::string gpu_, dtype_;
-  std::vector<Point> points_[3];  // per layout, sorted by (batch, m, n, k)
+  std::vector<Point> points_[3];             // per layout, sorted by (batch, m, n, k)
   bool batched_[3] = {false, false, false};  // per layout: has rows of batch > 1
 };
 

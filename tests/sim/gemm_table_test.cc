@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <sstream>
 
@@ -80,8 +81,8 @@ TEST(GemmTable, ARateMultilinearInTheLogsIsReproducedOffTheGrid) {
     for (int64_t m : {512, 2000})
       for (int64_t n : {300, 9000})
         for (int64_t k : {2048, 12000}) {
-          const double want = rate("NN", b, static_cast<double>(m), static_cast<double>(n),
-                                   static_cast<double>(k));
+          const double want =
+              rate("NN", b, static_cast<double>(m), static_cast<double>(n), static_cast<double>(k));
           EXPECT_NEAR(table.flops_per_s(GemmLayout::kNT, b, m, n, k), want, 1e-9 * want);
         }
   // A plain linear blend of the rates (not of their logs) would miss: the
@@ -115,8 +116,8 @@ TEST(GemmTable, ALoneShapeBesideAGridIsExactOnItselfAndDoesNotBendTheGridElsewhe
   const double lone = 10 * law("NN", 1, 1024, 1500, 4096), flops = 2.0 * 1024 * 1500 * 4096;
   std::ostringstream row;
   row.precision(17);
-  row << "\"Test GPU, 80GB\",bf16,NN,1,1024,1500,4096," << flops / lone * 1e3 << ","
-      << lone / 1e12 << "\n";
+  row << "\"Test GPU, 80GB\",bf16,NN,1,1024,1500,4096," << flops / lone * 1e3 << "," << lone / 1e12
+      << "\n";
   csv += row.str();
   const GemmTable table = GemmTable::parse(csv, "t");
   EXPECT_NEAR(table.flops_per_s(GemmLayout::kNN, 1, 1024, 1500, 4096), lone, 1e-9 * lone);
@@ -159,9 +160,10 @@ TEST(GemmTable, ABatchedQueryOfALayoutWithNoBatchedRowsTakesNnsBatchedRows) {
 
 TEST(GemmTable, ABadFileNamesItsLineAndWhatIsWrong) {
   const std::string head = "gpu,dtype,layout,batch,m,n,k,ms,tflops\n";
-  const std::string ok = "g,bf16,NN,1,1024,1024,1024,1,2.147483648\n"
-                         "g,bf16,NT,1,1024,1024,1024,1,2.147483648\n"
-                         "g,bf16,TN,1,1024,1024,1024,1,2.147483648\n";
+  const std::string ok =
+      "g,bf16,NN,1,1024,1024,1024,1,2.147483648\n"
+      "g,bf16,NT,1,1024,1024,1024,1,2.147483648\n"
+      "g,bf16,TN,1,1024,1024,1024,1,2.147483648\n";
   auto fails = [](const std::string& csv, const std::string& what) {
     EXPECT_THAT([&] { GemmTable::parse(csv, "bad.csv"); },
                 ::testing::ThrowsMessage<DataError>(::testing::HasSubstr(what)))
@@ -226,8 +228,7 @@ TEST(GemmTableSeam, ABlocksForwardAndBackwardHalvesTakeTheNnNtAndTnRates) {
 
 TEST(GemmTableSeam, TheConfigKeyPicksABuiltInTableAndNamesAnUnknownOne) {
   auto load = [](const std::vector<std::string>& sets) {
-    return cluster_from_config(
-        Config::load_string("model: {type: gpt}\n", config_schema(), sets));
+    return cluster_from_config(Config::load_string("model: {type: gpt}\n", config_schema(), sets));
   };
   EXPECT_EQ(load({}).gpu.gemm_table, nullptr);  // unset: peak · efficiency · waves
   EXPECT_THAT([&] { load({"cluster.gpu.gemm_table=a100_guess"}); },
@@ -238,6 +239,40 @@ TEST(GemmTableSeam, TheConfigKeyPicksABuiltInTableAndNamesAnUnknownOne) {
     ASSERT_NE(table, nullptr);
     EXPECT_EQ(table, &builtin_gemm_table(name, "key"));
     EXPECT_GT(table->rows(), 0u);
+  }
+}
+
+TEST(GemmTableSeam, EachBuiltInTableReturnsEveryMeasuredRowOfItsFileAtItsShape) {
+  // Read sim/gemm/NAME.csv here by hand (not by GemmTable::parse): every
+  // row's 2·batch·m·n·k / ms comes back from the built-in table at its own
+  // shape, so neither the build's embedding nor the interpolation's choice
+  // of neighbours loses a measurement.
+  ASSERT_FALSE(builtin_gemm_table_names().empty());
+  for (const std::string& name : builtin_gemm_table_names()) {
+    const GemmTable& table = builtin_gemm_table(name, "key");
+    std::ifstream in(std::string(PSAR_SOURCE_DIR) + "/sim/gemm/" + name + ".csv");
+    ASSERT_TRUE(in) << name;
+    std::string line;
+    std::getline(in, line);
+    ASSERT_EQ(line.rfind("gpu,dtype,layout,batch,m,n,k,ms,tflops", 0), 0u) << name;
+    size_t rows = 0;
+    while (std::getline(in, line)) {
+      std::vector<std::string> f;
+      std::istringstream fields(line);
+      for (std::string x; std::getline(fields, x, ',');) f.push_back(x);
+      ASSERT_EQ(f.size(), 9u) << line;
+      const GemmLayout layout = f[2] == "NN"   ? GemmLayout::kNN
+                                : f[2] == "NT" ? GemmLayout::kNT
+                                               : GemmLayout::kTN;
+      const double b = std::stod(f[3]);
+      const int64_t m = std::stoll(f[4]), n = std::stoll(f[5]), k = std::stoll(f[6]);
+      const double want = 2 * b * static_cast<double>(m) * static_cast<double>(n) *
+                          static_cast<double>(k) / (std::stod(f[7]) * 1e-3);
+      EXPECT_NEAR(table.flops_per_s(layout, b, m, n, k), want, 1e-12 * want)
+          << name << ": " << line;
+      ++rows;
+    }
+    EXPECT_EQ(rows, table.rows()) << name;
   }
 }
 

@@ -75,6 +75,9 @@ class Allreducer {
 struct CostTerms {
   double alpha = 0, beta = 0, gamma = 0;
   double time(double a, double b, double g) const { return alpha * a + beta * b + gamma * g; }
+  friend CostTerms operator+(const CostTerms& x, const CostTerms& y) {
+    return {x.alpha + y.alpha, x.beta + y.beta, x.gamma + y.gamma};
+  }
 };
 
 // One allreduce of `bytes` over `ranks` ranks (segments from options).

@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <utility>
 
 #include "core/errors.h"
 
@@ -23,6 +22,7 @@
 #include "allreduce/program.h"
 #include "comm/inproc_comm.h"
 #include "tests/allreduce/allreduce_test_util.h"
+#include "tests/allreduce/forwarding_comm.h"
 
 namespace psar {
 namespace {
@@ -141,44 +141,19 @@ struct SendsInFlight {
   std::vector<int> peak;  // written by its rank's thread only
 };
 
-class CountingComm final : public Comm {
+class CountingComm final : public testing::ForwardingComm {
  public:
-  CountingComm(Comm& inner, SendsInFlight& count)
-      : Comm(inner.rank(), inner.size()), inner_(inner), count_(count) {
-    set_timeout(inner.timeout());
-  }
-  std::string transport() const override { return inner_.transport(); }
-  std::unique_ptr<Comm> split(int, int) override { throw CommError("CountingComm cannot split"); }
+  CountingComm(Comm& inner, SendsInFlight& count) : ForwardingComm(inner), count_(count) {}
 
  protected:
-  std::unique_ptr<RequestImpl> post_send(int peer, std::span<const std::byte> data, int tag,
-                                         double /*stamp: no network emulation here*/) override {
+  void on_post(Post post, int) override {
+    if (post != Post::kSend) return;
     const auto me = static_cast<size_t>(rank());
     count_.peak[me] = std::max(count_.peak[me], ++count_.now[me]);
-    return std::make_unique<Forwarded>(inner_.isend(peer, data, tag), nullptr);
   }
-  std::unique_ptr<RequestImpl> post_recv(int peer, std::span<std::byte> data, int tag) override {
-    return std::make_unique<Forwarded>(inner_.irecv(peer, data, tag),
-                                       &count_.now[static_cast<size_t>(peer)]);
-  }
+  void on_received(int peer) override { --count_.now[static_cast<size_t>(peer)]; }
 
  private:
-  class Forwarded final : public RequestImpl {
-   public:
-    // sender: the in-flight count a completed receive takes one off (null: a send).
-    Forwarded(Request r, std::atomic<int>* sender) : r_(std::move(r)), sender_(sender) {}
-    bool test() override {
-      if (!r_.test()) return false;
-      if (sender_) std::exchange(sender_, nullptr)->fetch_sub(1);
-      return true;
-    }
-    std::string describe() const override { return "counted request"; }
-
-   private:
-    Request r_;
-    std::atomic<int>* sender_;
-  };
-  Comm& inner_;
   SendsInFlight& count_;
 };
 

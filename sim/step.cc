@@ -1,6 +1,8 @@
 #include "sim/step.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <map>
 #include <numeric>
 
@@ -10,6 +12,7 @@
 #include "core/errors.h"
 #include "modelpar/grid.h"
 #include "modelpar/pp/generators.h"
+#include "modelpar/pp/p2p.h"
 #include "modelpar/pp/partition.h"
 #include "modelpar/pp/simulate.h"
 #include "sim/collective.h"
@@ -56,6 +59,10 @@ Program ps_program(int workers, std::span<const ps::KeyRange> shards, int64_t ch
 }
 
 namespace {
+
+// The pipeline's transfers and its replay are iterated to a fixed point
+// (replay_with_contention) at most this many times.
+constexpr int kContentionRounds = 12;
 
 // One step on the cluster, told in the order it happens: the TP all-reduce
 // every block pays, each action's price, the stage-to-stage transfers, the
@@ -324,16 +331,7 @@ class StepSimulation {
     stage_end_.assign(at(p_), 0.0);
     out_.stages.assign(at(p_), {});
     for (int i = 0; i < replicas; ++i) {
-      const pp::Prediction pr = pp::simulate_costs(
-          schedule_,
-          [&](int stage, const pp::Action& a) {
-            const Cost c = cost(stage, a);
-            return c.compute + c.tp;
-          },
-          [&](const pp::Transfer& tr) {
-            const double wire = wire_seconds(tr.from_stage, tr.to_stage)[static_cast<size_t>(i)];
-            return pp::TransferTime{wire + gather_s_, s_.blocking_p2p ? wire : 0.0};
-          });
+      const pp::Prediction pr = replay_with_contention(i);
       for (int st = 0; st < p_; ++st) {
         const auto& spans = pr.spans[at(st)];
         stage_end_[at(st)] = std::max(stage_end_[at(st)], spans.empty() ? 0.0 : spans.back().end);
@@ -345,6 +343,95 @@ class StepSimulation {
       out_.stages[at(st)].params = stage_params(s_, st);
       out_.stages[at(st)].end_s = stage_end_[at(st)];
     }
+  }
+
+  // Replica i's pipeline with its transfers sharing links in time: a
+  // stage's NIC carries every transfer that is on the wire while it is —
+  // an activation from the stage before and a gradient from the stage
+  // after arriving at once share its ingress, two sends its egress — as
+  // processor sharing (share_links) from each transfer's alone time
+  // (wire_seconds). With blocking sends on the interleaved schedule a
+  // forward followed by a backward sends its activation with that
+  // backward's gradient, as Megatron's steady state batches them
+  // (send_forward_backward_recv_forward_backward): the activation leaves
+  // when the backward ends, and the two share the stage's egress. The
+  // transfers' times and the replay depend on each other: replayed until no
+  // transfer's time moves (kContentionRounds at most), starting from the
+  // alone times.
+  pp::Prediction replay_with_contention(int i) {
+    const auto alone = [&](const pp::Transfer& tr) {
+      return wire_seconds(tr.from_stage, tr.to_stage)[static_cast<size_t>(i)];
+    };
+    const bool batched = s_.blocking_p2p && s_.schedule == "interleaved";
+    const size_t tags = 2 * static_cast<size_t>(schedule_.virtual_stages()) *
+                        static_cast<size_t>(s_.microbatches);
+    std::vector<double> took, defer(tags, 0.0);  // [tag] seconds on the wire, before it; empty: alone
+    pp::Prediction pr;
+    for (int round = 0; round < kContentionRounds; ++round) {
+      pr = pp::simulate_costs(
+          schedule_,
+          [&](int stage, const pp::Action& a) {
+            const Cost c = cost(stage, a);
+            return c.compute + c.tp;
+          },
+          [&](const pp::Transfer& tr) {
+            const auto tag = static_cast<size_t>(tr.tag);
+            const double wire = took.empty() ? alone(tr) : took[tag];
+            return pp::TransferTime{defer[tag] + wire + gather_s_,
+                                    s_.blocking_p2p && defer[tag] == 0 ? wire : 0.0};
+          });
+      std::vector<Flow> flows;
+      std::vector<size_t> flow_tag;
+      std::vector<double> next_defer(tags, 0.0);
+      for (int st = 0; st < p_; ++st) {
+        const auto& spans = pr.spans[at(st)];
+        // A steady state (a backward followed by a forward): without one the
+        // stage only warms up and cools down, each send on its own.
+        bool steady = false;
+        for (size_t k = 0; k + 1 < spans.size(); ++k)
+          steady = steady || (spans[k].action.op != pp::Op::kForward &&
+                              spans[k + 1].action.op == pp::Op::kForward);
+        for (size_t k = 0; k < spans.size(); ++k) {
+          const auto tr = pp::output_of(schedule_, st, spans[k].action);
+          if (!tr || tr->local()) continue;
+          const auto tag = static_cast<size_t>(tr->tag);
+          if (batched && steady && spans[k].action.op == pp::Op::kForward &&
+              k + 1 < spans.size() && spans[k + 1].action.op != pp::Op::kForward)
+            next_defer[tag] = spans[k + 1].end - spans[k].end;
+          flows.push_back(
+              {spans[k].end + next_defer[tag], alone(*tr), hop_links(i, tr->from_stage, tr->to_stage)});
+          flow_tag.push_back(tag);
+        }
+      }
+      const std::vector<double> ends = share_links(flows, net_.links());
+      std::vector<double> next(tags, 0.0);
+      bool moved = false;
+      for (size_t k = 0; k < flows.size(); ++k) {
+        const size_t tag = flow_tag[k];
+        next[tag] = ends[k] - flows[k].start;
+        const double before = took.empty() ? flows[k].alone : took[tag];
+        moved = moved || std::abs(next[tag] - before) > 1e-9 * before ||
+                std::abs(next_defer[tag] - defer[tag]) > 1e-9 * (1 + defer[tag]);
+      }
+      took = std::move(next);
+      defer = std::move(next_defer);
+      if (!moved) break;
+    }
+    return pr;
+  }
+
+  // The links one transfer of replica i from stage `from` to `to` crosses:
+  // each TP rank's egress and ingress (its NIC, or its switch link on one node).
+  const std::vector<int>& hop_links(int i, int from, int to) {
+    auto [it, fresh] = hop_links_.try_emplace({i, from, to});
+    if (!fresh) return it->second;
+    std::vector<int>& links = it->second;
+    for (int j = 0; j < t_; ++j) {
+      const Network::Path path = net_.path(gpu(j, i, from), gpu(j, i, to));
+      for (int l : {path.egress, path.ingress})
+        if (l >= 0 && std::find(links.begin(), links.end(), l) == links.end()) links.push_back(l);
+    }
+    return links;
   }
 
   void record_replica0(const pp::Prediction& pr) {
@@ -620,6 +707,7 @@ class StepSimulation {
   Program hop_;          // one activation from a stage's TP group to the next's
   Program tied_;         // the tied embedding's all-reduce between two stages
   std::map<std::pair<int, int>, std::vector<double>> transfers_;  // (from, to) -> [replica] s
+  std::map<std::array<int, 3>, std::vector<int>> hop_links_;      // (replica, from, to) -> links
   std::vector<double> stage_end_;                                 // [stage] its last action ends
   std::vector<std::vector<pp::ActionSpan>> spans0_;               // replica 0's, per stage
   std::map<std::pair<int64_t, std::vector<int>>, Program> sync_programs_;

@@ -431,6 +431,23 @@ TEST(Bubble, OneFOneBAndInterleavedGiveTheirClosedForms) {
     }
 }
 
+// Megatron's batched steady-state exchange (blocking sends on the
+// interleaved schedule): a steady forward's activation leaves only when the
+// backward after it ends. Megatron's deeper warm-up, 2(p − r − 1) + (v − 1)p
+// forwards, exists to absorb that wait, so on a free network the bubble is
+// still (p − 1)/(v·m).
+TEST(Bubble, TheBatchedExchangesLateActivationsCostNoBubble) {
+  for (int p : {2, 4})
+    for (int m : {2 * p, 4 * p})
+      for (int v : {2, 4}) {
+        StepSpec s = pipeline("interleaved", p, m, v);
+        s.blocking_p2p = true;
+        const StepResult r = simulate_step(free_network(p), s);
+        EXPECT_NEAR(r.bubble_fraction, static_cast<double>(p - 1) / (v * m), 1e-3)
+            << p << " " << m << " " << v;
+      }
+}
+
 // simulate.blocking_p2p: each stage waits for its send. On two stages of
 // 1F1B every micro-batch's forward and backward sends sit on the loop
 // between them, so the makespan is (m + 1)·(f + b + T) for a transfer of T

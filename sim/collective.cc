@@ -89,6 +89,7 @@ std::vector<double> share_links(const std::vector<Flow>& flows, int links) {
   std::vector<int> on(static_cast<size_t>(links), 0);  // active flows per link
   std::vector<size_t> active;
   std::vector<double> slow;  // [active] the bottleneck's flow count
+  std::vector<size_t> still;
   const double inf = std::numeric_limits<double>::infinity();
   double now = 0;
   size_t next = 0;
@@ -102,7 +103,7 @@ std::vector<double> share_links(const std::vector<Flow>& flows, int links) {
     }
     const double arrive_at = next < n ? flows[order[next]].start : inf;
     const double t = std::min(done_at, arrive_at);
-    std::vector<size_t> still;
+    still.clear();
     for (size_t a = 0; a < active.size(); ++a) {
       const size_t k = active[a];
       if (now + left[k] * slow[a] <= t) {  // done at its own completion time
@@ -113,7 +114,7 @@ std::vector<double> share_links(const std::vector<Flow>& flows, int links) {
         still.push_back(k);
       }
     }
-    active = std::move(still);
+    std::swap(active, still);
     now = std::max(now, t);
     for (; next < n && flows[order[next]].start <= now; ++next) {
       const size_t k = order[next];

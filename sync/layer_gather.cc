@@ -13,8 +13,6 @@ namespace psar {
 using psar::detail::concat;
 
 namespace {
-constexpr double kPollSleep = 20e-6;
-
 template <class T>
 void free_vector(std::vector<T>& v) {
   std::vector<T>().swap(v);
@@ -76,11 +74,11 @@ LayerGather::LayerGather(Comm& group, ParamStore& store, std::vector<Range> laye
     buckets_.push_back(std::move(b));
   }
   if (!options_.params_sharded) grad_shard_.resize(static_cast<size_t>(own_.second - own_.first));
-  if (options_.prefetch) {
-    // The thread shares the cores with the compute: its waits sleep rather than spin.
-    group_.set_poll_sleep(kPollSleep);
-    thread_ = std::thread([this] { loop(); });
-  }
+  // The thread waits as the transport does (MPI: spinning, yielding the
+  // core when the host is oversubscribed), not in sleeps between tests: a
+  // ring hop goes on only when its rank is running again, and a woken
+  // sleeper waits for a core behind the ranks that compute.
+  if (options_.prefetch) thread_ = std::thread([this] { loop(); });
 }
 
 std::vector<int64_t> LayerGather::owners_split(Range range) const {

@@ -45,7 +45,8 @@
 // queues the gather of the layer read next (l + 1 in the forward, l − 1 in
 // the backward), so that it crosses the wire while l computes. A prefetched
 // layer no one asked for by the step's end is freed. Without it every
-// collective runs on the caller's thread at once.
+// collective runs on the caller's thread at once. The thread waits for its
+// messages as the transport does (Comm::poll_sleep left as it is).
 //
 // Traffic per step and rank (ring, pieces P_r, one micro-batch): stage 3
 // gathers each layer once for its forward and once for its backward,

@@ -25,6 +25,9 @@
 #include "tests/trainer/three_d_fixture.h"
 #include "tests/trainer/train_fixture.h"
 #include "core/checkpoint.h"
+#include "core/optim.h"
+#include "core/param_store.h"
+#include "sync/layer_gather.h"
 #include "trainer/trainer.h"
 
 namespace psar {
@@ -337,6 +340,47 @@ TEST_F(ZeroFiles, StateIsTheFormsToTheByte) {
       }
     }
   }
+}
+
+// Stage 3 driven by hand on 3 ranks, two layers of ones (5 and 4 floats,
+// pieces of 3 that cut the first layer at the owners' boundaries), SGD at
+// lr 0.5, gradients 2(r + 1) and r + 1: the step's parameters are the
+// closed form 1 − 0.5·mean_r(g) exactly (−1 and 0). The prefetch thread
+// leaves the group's waits to the transport (Comm::poll_sleep stays 0).
+TEST(LayerGatherPrefetch, StepsTheClosedFormAndWaitsAsTheTransportDoes) {
+  run_inproc(3, [](Comm& c) {
+    ParamStore store;
+    store.add("a", Shape{5}, Init::ones());
+    store.add("b", Shape{4}, Init::ones());
+    store.finalize(1);
+    OptimizerOptions sgd;
+    sgd.lr = 0.5f;
+    const Partition pieces{store.size(), c.size()};
+    auto optimizer = make_optimizer(sgd, pieces.size(c.rank()));
+    LayerGather gather(c, store, {{0, 5}, {5, 9}}, {}, *optimizer,
+                       LayerGatherOptions{"ring", AllreduceOptions{}, /*prefetch=*/true,
+                                          /*params_sharded=*/true, 1});
+    EXPECT_EQ(c.poll_sleep(), 0.0);
+    gather.begin_step();
+    EXPECT_FALSE(store.has_arenas());
+    for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, 5}, {5, 9}}) {
+      gather.need(0, begin, end);
+      for (float v : store.param(begin == 0 ? 0 : 1).span()) EXPECT_EQ(v, 1.0f);
+      gather.done(0, begin, end);
+    }
+    const float g = static_cast<float>(c.rank() + 1);
+    for (const auto& [index, begin, end] : {std::tuple<int, int64_t, int64_t>{1, 5, 9}, {0, 0, 5}}) {
+      gather.need_backward(0, begin, end);
+      for (float& v : store.grad(index).span()) v = index == 0 ? 2 * g : g;
+      gather.ready(0, begin, end);
+      gather.done(0, begin, end);
+    }
+    EXPECT_EQ(gather.finish_step(), pieces.size(c.rank()));
+    gather.gather_all();
+    const auto p = store.params();
+    EXPECT_EQ(std::vector<float>(p.begin(), p.end()),
+              std::vector<float>({-1, -1, -1, -1, -1, 0, 0, 0, 0}));
+  });
 }
 
 // hierarchical on two nodes of two ranks (net.node_size): its reduce-scatter

@@ -301,6 +301,50 @@ def stage3_model(layers, n, alpha, beta, compute, prefetch):
     return max(main + comm), len(ops)
 
 
+def layer_buckets(layers, capacity_floats):
+    """Stage 2's buckets of whole layers (sync/buckets.h, plan_buckets with
+    whole_tensors): the layers in backward order, a layer that does not fit
+    starting the next bucket. Arena ranges in launch order."""
+    at = [sum(layers[:i]) for i in range(len(layers))]
+    out = []
+    for i in reversed(range(len(layers))):
+        lo, hi = at[i], at[i] + layers[i]
+        if out and out[-1][1] - lo <= capacity_floats:
+            out[-1] = (lo, out[-1][1])
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def stage2_reduce_scatters(net, n):
+    """Stage 2's reduce-scatters of the step parts (WHOLE_MODEL_BUCKET and
+    OVERLAP_BUCKET) by the emulated network's model, each alone from a
+    standing start: ([the one bucket's], [each of the overlap's buckets']),
+    seconds. A bucket of part of the arena is cut at the owners' boundaries,
+    so its non-empty chunks are whole pieces and it takes as long as the
+    whole model's."""
+    layers = layer_floats()
+    psi = sum(layers)
+
+    def times(bucket_bytes):
+        return [max(ring_pass(owners_chunks(lo, hi, psi, n), [0.0] * n, LATENCY_S,
+                              1 / BANDWIDTH[net], [[0.0, 0.0] for _ in range(n)], reduce=True))
+                for lo, hi in layer_buckets(layers, bucket_bytes // 4)]
+    return times(int(WHOLE_MODEL_BUCKET.split("=")[1][:-1]) << 20), \
+        times(int(OVERLAP_BUCKET.split("=")[1][:-1]) << 20)
+
+
+def stage2_table():
+    out = []
+    for net, _ in NETS:
+        for n in STEP_RANKS:
+            one, two = stage2_reduce_scatters(net, n)
+            out.append([net, str(n), " + ".join(f"{1e3 * t:.1f}" for t in one),
+                        " + ".join(f"{1e3 * t:.1f}" for t in two)])
+    return md_table(["net", "N", f"one bucket ({WHOLE_MODEL_BUCKET}) ms",
+                     f"the overlap's buckets ({OVERLAP_BUCKET}) ms, in launch order"], out)
+
+
 def prediction(psar):
     """Stage 3's collectives per step at the emulated α and β, without
     compute: collectives_s by stage3_model (the owners' chunks, one after
@@ -508,7 +552,13 @@ def tables(folder):
                   f"over the repetitions), ring, net.latency {LATENCY}. The variants' "
                   "settings: " + "; ".join(f"{v} `{' '.join(VARIANTS[v])}`"
                                            for v in STEP_PARTS["step"][0]) +
-                  ". Target: stage 1 and 2 ≤ 1.05× ZeRO-0.\n\n", step_table(read_csv(st))]
+                  ". Target: stage 1 and 2 ≤ 1.05× ZeRO-0.\n\n", step_table(read_csv(st)),
+                  "\nStage 2's reduce-scatters by the emulated network's model "
+                  "(stage2_reduce_scatters: the ring over the owners' chunks, in segments, "
+                  "each alone): a bucket of part of the arena is cut into fewer, whole "
+                  "pieces, so each of the overlap's buckets takes about as long as the one "
+                  "bucket of the whole model, and only the first can hide under the "
+                  "backward.\n\n", stage2_table()]
     if os.path.exists(st3):
         parts += ["\n## Stage 3 step time (steps3.csv)\n\n"
                   "As above, ZeRO-0 and stage 3 without and with prefetch taking turns. "

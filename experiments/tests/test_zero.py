@@ -156,3 +156,17 @@ def test_budget_table_gives_stage3_the_most_blocks():
     blocks = {int(l.split("|")[1]): int(l.split("|")[2]) for l in table.splitlines()
               if l.startswith("| ") and l.split("|")[1].strip().isdigit()}
     assert blocks[0] < blocks[1] <= blocks[2] < blocks[3]
+
+
+def test_layer_buckets_are_whole_layers_in_backward_order():
+    # layers 10, 30, 30, 2 at 40 floats, backward order: 2 + 30 fits, + 30 does
+    # not; 30 + 10 fits
+    assert zero.layer_buckets([10, 30, 30, 2], 40) == [(40, 72), (0, 40)]
+    # a layer above the capacity is a bucket of its own
+    assert zero.layer_buckets([10, 50, 2], 40) == [(60, 62), (10, 60), (0, 10)]
+
+
+def test_a_half_arena_bucket_costs_the_whole_models_reduce_scatter_at_n8():
+    one, two = zero.stage2_reduce_scatters("1gbit", 8)
+    assert len(one) == 1 and len(two) == 2
+    assert all(abs(t / one[0] - 1) < 0.01 for t in two)

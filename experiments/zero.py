@@ -164,6 +164,12 @@ def layer_floats():
 SEGMENT_BYTES = 512 * 1024  # the ring's segments (AllreduceOptions::segment_bytes, zero.yaml's)
 
 
+def range_segment(floats, n):
+    """The segment size of a layer's or a bucket's ring (LayerGather::
+    collectives_for): at most an even chunk of the range, 4·⌈floats/N⌉ bytes."""
+    return min(SEGMENT_BYTES, max(4, 4 * -(-floats // n)))
+
+
 def owners_chunks(begin, end, psi, n):
     """The ring's chunks of arena floats [begin, end) as stage 3 and stage 2
     cut them: at the owners' boundaries of Partition{Ψ, N} (LayerGather's
@@ -176,12 +182,13 @@ def owners_chunks(begin, end, psi, n):
     return out
 
 
-def ring_pass(chunks, start, alpha, beta, nic, reduce, o=0.0):
+def ring_pass(chunks, start, alpha, beta, nic, reduce, segment=SEGMENT_BYTES, o=0.0):
     """One ring reduce-scatter (reduce) or all-gather of `chunks` (floats per
     rank's chunk) by the emulated network's rules (comm/netem.h) and the
     ring's program (allreduce/ring_pass.cc): rank r enters at start[r]; at
     step s it sends chunk (r − s − lag) to r + 1 (lag 1 for the
-    reduce-scatter), in segments of SEGMENT_BYTES, each as soon as it has
+    reduce-scatter), in segments of `segment` bytes (a chunk of b bytes in
+    ⌈b/segment⌉ equal ones, allreduce/engine.cc), each as soon as it has
     arrived (the pipelining); a message of b bytes leaves its egress at
     max(ready, egress free) and takes b·β there, and is delivered at
     max(egress end + α, the receiver's ingress free + b·β). nic: per rank
@@ -189,7 +196,7 @@ def ring_pass(chunks, start, alpha, beta, nic, reduce, o=0.0):
     arrival (0 in the model). Returns when each rank is done."""
     n = len(chunks)
     lag = 1 if reduce else 0
-    segs = [max(1, -(-4 * c // SEGMENT_BYTES)) for c in chunks]
+    segs = [max(1, -(-4 * c // segment)) for c in chunks]
     have = [dict() for _ in range(n)]  # have[r][c]: the arrivals of chunk c's segments at r
     done = list(start)
     for s in range(n - 1):
@@ -260,7 +267,8 @@ def stage3_model(layers, n, alpha, beta, compute, prefetch):
     def run(i):
         kind, l, queued = ops[i]
         start = [max(c, q) for c, q in zip(comm, queued)] if prefetch else list(queued)
-        comm[:] = ring_pass(chunks[l], start, alpha, beta, nic, reduce=kind == "R")
+        comm[:] = ring_pass(chunks[l], start, alpha, beta, nic, reduce=kind == "R",
+                            segment=range_segment(layers[l], n))
         ends.append(list(comm))
 
     def queue(kind, l):
@@ -328,7 +336,8 @@ def stage2_reduce_scatters(net, n):
 
     def times(bucket_bytes):
         return [max(ring_pass(owners_chunks(lo, hi, psi, n), [0.0] * n, LATENCY_S,
-                              1 / BANDWIDTH[net], [[0.0, 0.0] for _ in range(n)], reduce=True))
+                              1 / BANDWIDTH[net], [[0.0, 0.0] for _ in range(n)], reduce=True,
+                              segment=range_segment(hi - lo, n)))
                 for lo, hi in layer_buckets(layers, bucket_bytes // 4)]
     return times(int(WHOLE_MODEL_BUCKET.split("=")[1][:-1]) << 20), \
         times(int(OVERLAP_BUCKET.split("=")[1][:-1]) << 20)

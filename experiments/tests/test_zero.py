@@ -166,7 +166,15 @@ def test_layer_buckets_are_whole_layers_in_backward_order():
     assert zero.layer_buckets([10, 50, 2], 40) == [(60, 62), (10, 60), (0, 10)]
 
 
-def test_a_half_arena_bucket_costs_the_whole_models_reduce_scatter_at_n8():
+def test_two_half_arena_buckets_cost_more_than_the_whole_models_at_n8():
+    # Ψ/2 over 8 ranks: 4 whole pieces of Ψ/8 (streamed in segments of
+    # Ψ/16): each bucket less than the whole model's ring, both more
     one, two = zero.stage2_reduce_scatters("1gbit", 8)
     assert len(one) == 1 and len(two) == 2
-    assert all(abs(t / one[0] - 1) < 0.01 for t in two)
+    assert max(two) < one[0] < sum(two)
+
+
+def test_a_range_segment_is_an_even_chunk_up_to_the_rings():
+    assert zero.range_segment(1000, 4) == 1000
+    assert zero.range_segment(1001, 4) == 1004
+    assert zero.range_segment(10 ** 7, 4) == zero.SEGMENT_BYTES

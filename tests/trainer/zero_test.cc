@@ -14,10 +14,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <mutex>
 #include <unistd.h>
 
+#include "allreduce/allreducer.h"
 #include "allreduce/partition.h"
 #include "comm/inproc_comm.h"
 #include "core/ops.h"
@@ -380,6 +382,49 @@ TEST(LayerGatherPrefetch, StepsTheClosedFormAndWaitsAsTheTransportDoes) {
     const auto p = store.params();
     EXPECT_EQ(std::vector<float>(p.begin(), p.end()),
               std::vector<float>({-1, -1, -1, -1, -1, 0, 0, 0, 0}));
+  });
+}
+
+// Layers of 20000 floats on 3 ranks: the first is one owner's 13334 floats
+// and another's 6666, so its ring streams the large chunk in segments of an
+// even chunk (LayerGather::collectives_for), above the eager pieces. The
+// step equals ZeRO-0's to the bit: the ring allreduce of the whole
+// gradient, divided by N, stepped by SGD (each element summed in the same
+// ring order, however the chunks are cut into segments).
+TEST(LayerGatherPrefetch, SegmentedLayersStepAsZero0Bitwise) {
+  run_inproc(3, [](Comm& c) {
+    constexpr int64_t kLayer = 20000;
+    ParamStore store;
+    store.add("a", Shape{kLayer}, Init::zeros());
+    store.add("b", Shape{kLayer}, Init::zeros());
+    store.finalize(1);
+    std::vector<float> grads(2 * kLayer);
+    for (size_t i = 0; i < grads.size(); ++i)
+      grads[i] = std::sin(0.37f * static_cast<float>(i) + static_cast<float>(c.rank())) *
+                 static_cast<float>(1 + c.rank());
+    OptimizerOptions sgd;
+    sgd.lr = 0.5f;
+    std::vector<float> expected = grads;
+    make_allreducer("ring", AllreduceOptions{})->allreduce(c, expected);
+    for (float& v : expected) v = -sgd.lr * (v * (1.0f / 3.0f));
+    const Partition pieces{store.size(), c.size()};
+    auto optimizer = make_optimizer(sgd, pieces.size(c.rank()));
+    LayerGather gather(c, store, {{0, kLayer}, {kLayer, 2 * kLayer}}, {}, *optimizer,
+                       LayerGatherOptions{"ring", AllreduceOptions{}, /*prefetch=*/true,
+                                          /*params_sharded=*/true, 1});
+    gather.begin_step();
+    for (const int index : {1, 0}) {
+      const int64_t begin = index * kLayer;
+      gather.need_backward(0, begin, begin + kLayer);
+      auto g = store.grad(index).span();
+      std::copy(grads.begin() + begin, grads.begin() + begin + kLayer, g.begin());
+      gather.ready(0, begin, begin + kLayer);
+      gather.done(0, begin, begin + kLayer);
+    }
+    gather.finish_step();
+    gather.gather_all();
+    const auto p = store.params();
+    EXPECT_EQ(std::vector<float>(p.begin(), p.end()), expected);
   });
 }
 

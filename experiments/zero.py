@@ -565,8 +565,8 @@ def tables(folder):
                   "\nStage 2's reduce-scatters by the emulated network's model "
                   "(stage2_reduce_scatters: the ring over the owners' chunks, in segments, "
                   "each alone): a bucket of part of the arena is cut into fewer, whole "
-                  "pieces, so each of the overlap's buckets takes about as long as the one "
-                  "bucket of the whole model, and only the first can hide under the "
+                  "pieces, so each of the overlap's buckets takes most of the time of the "
+                  "one bucket of the whole model, and only the first can hide under the "
                   "backward.\n\n", stage2_table()]
     if os.path.exists(st3):
         parts += ["\n## Stage 3 step time (steps3.csv)\n\n"

@@ -36,6 +36,7 @@ std::unique_ptr<Allreducer> make_mpi_allreducer(const AllreduceOptions&);
 std::unique_ptr<ShardedCollectives> make_mpi_sharded(const AllreduceOptions&);
 // nccl.cc when CUDA/NCCL are built, nccl_unavailable.cc otherwise.
 std::unique_ptr<Allreducer> make_nccl_allreducer(const AllreduceOptions&);
+std::unique_ptr<ShardedCollectives> make_nccl_sharded(const AllreduceOptions&);
 
 // α-β-γ cost forms (the registry's CostForm), each in its algorithm's file.
 CostTerms naive_cost(int ranks, int64_t bytes, const AllreduceOptions&);

@@ -6,9 +6,14 @@
 
 namespace psar {
 
-std::unique_ptr<Allreducer> make_nccl_allreducer(const AllreduceOptions&) {
+namespace {
+[[noreturn]] void unavailable() {
   throw ConfigError("sync backend 'nccl': this psar was built without CUDA/NCCL (nvcc or NCCL "
                     "not found at configure time)");
 }
+}  // namespace
+
+std::unique_ptr<Allreducer> make_nccl_allreducer(const AllreduceOptions&) { unavailable(); }
+std::unique_ptr<ShardedCollectives> make_nccl_sharded(const AllreduceOptions&) { unavailable(); }
 
 }  // namespace psar

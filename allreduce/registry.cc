@@ -50,7 +50,8 @@ const AllreducerEntry kBuiltin[] = {
     // NCCL's ring on one node: the ring's form.
     {.name = "nccl",
      .summary = "ncclAllReduce on the GPU (device data in place; host buffers copied in and out)",
-     .make = &make_nccl_allreducer, .device = true, .cost = &ring_cost, .timed_as = "ring"},
+     .make = &make_nccl_allreducer, .device = true, .cost = &ring_cost, .timed_as = "ring",
+     .make_sharded = &make_nccl_sharded},
 };
 
 }  // namespace

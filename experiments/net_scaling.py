@@ -4,13 +4,16 @@ cluster network (docs/network.md) at several link speeds, every measurement
 beside its alpha-beta prediction.
 
     experiments/net_scaling.py [EXPERIMENT.yaml] [--psar PATH] [--out DIR]
-                               [--reuse] [--quick] [--high-priority]
+                               [--reuse] [--zero] [--quick] [--high-priority]
 
 For every network and N: one `psar bench allreduce` run (every algorithm,
 sizes min..max, taking turns round by round) with --volume-csv, and one
-`psar bench ps --servers S` run per S (N workers + S server ranks). Writes
-into results/<experiment.name>/:
-  allreduce_<net>_n<N>.csv, volume_<net>_n<N>.csv, ps_<net>_n<N>_s<S>.csv
+`psar bench ps --servers S` run per S (N workers + S server ranks), and
+one `psar bench allreduce --zero 1,2,3` run of the ZeRO stages' collectives
+(the experiment's `zero` section). Writes into results/<experiment.name>/:
+  allreduce_<net>_n<N>.csv, volume_<net>_n<N>.csv, ps_<net>_n<N>_s<S>.csv,
+  zero_<net>_n<N>.csv, zero_volume_<net>_n<N>.csv
+  machine.txt, machine_zero.txt  the runs' provenance (the ZeRO rows' own)
   check.md              the check: at the check network every
                         algorithm's time within the tolerance of its
                         prediction, for every size >= min_size and N
@@ -18,12 +21,18 @@ into results/<experiment.name>/:
                         measured | predicted, the scaling claims as ratios,
                         bytes sent by the busiest rank beside the exact count
   sync_vs_n_<net>.png   the same, measured (solid) and predicted (dashed)
---reuse re-reports from the CSVs in --out; --quick runs N = 2, 4 and one size.
+--reuse re-reports from the CSVs in --out; --zero measures the ZeRO rows
+alone and re-reports with the other rows' CSVs already in --out; --quick
+runs N = 2, 4 and one size.
 
 Predictions (n bytes, B bytes/s per NIC and direction, alpha the latency,
 gamma = 0: pure alpha-beta): the allreduce forms of docs/algorithms.md
 (from `psar cost`) with beta = 1/B; the parameter server's model is
-psar_exp.costs.ps_time (docs/theory.md).
+psar_exp.costs.ps_time (docs/theory.md). A ZeRO row's: its reduce-scatter
+and all-gather are each half of the same algorithm's allreduce
+(allreduce/sharded.h), so stages 1 and 2 cost the allreduce and stage 3
+(two all-gathers and a reduce-scatter) 1.5 times it; its bytes per rank
+2(N-1)/N*n and 3(N-1)/N*n (docs/zero.md).
 """
 
 import math
@@ -33,6 +42,28 @@ from psar_exp import ROOT, costs, report, runner
 from psar_exp.generated import update_readme
 from psar_exp.io import md_table, read_csv, write_text
 from psar_exp.units import human, parse_bandwidth, parse_bytes, parse_seconds
+
+
+ZERO_FACTOR = {1: 1.0, 2: 1.0, 3: 1.5}  # the stage's collectives ÷ the allreduce (docstring)
+
+
+def zero_methods(exp):
+    z = exp.get("zero")
+    return [f"{a} zero{k}" for a in z["algos"] for k in z["stages"]] if z else []
+
+
+def measure_zero(exp, psar, out, quick, high_priority):
+    z = exp["zero"]
+    sweep = dict(min=z["size"], max=z["size"], factor=2, iters=z["iters"], warmup=z["warmup"])
+    for net in exp["networks"]:
+        sets = [f"net.bandwidth={net['bandwidth']}", f"net.latency={net['latency']}",
+                f"sync.bucket_bytes={z['layer_bytes']}"]
+        for N in exp["ranks"][:2] if quick else exp["ranks"]:
+            runner.run(runner.mpirun_prefix(N) + runner.bench_allreduce_args(
+                psar, z["algos"], sweep, exp["allreduce"]["segment_bytes"],
+                csv=os.path.join(out, f"zero_{net['name']}_n{N}.csv"),
+                volume_csv=os.path.join(out, f"zero_volume_{net['name']}_n{N}.csv"), sets=sets) +
+                ["--zero", ",".join(str(k) for k in z["stages"])], high_priority)
 
 
 def measure(exp, psar, out, quick, high_priority):
@@ -56,6 +87,7 @@ def measure(exp, psar, out, quick, high_priority):
                 for s in sets:
                     cmd += ["--set", s]
                 runner.run(runner.mpirun_prefix(N + S) + cmd, high_priority)
+    measure_zero(exp, psar, out, quick, high_priority)
 
 
 def load(exp, out, psar):
@@ -75,8 +107,25 @@ def load(exp, out, psar):
                 if int(r["wrong"] or 0) != 0:
                     raise runner.RunError(f"{path}: {r['algo']} at {r['size']} B summed wrongly")
                 measured.append((net, N, r, volume.get((r["algo"], int(r["size"])))))
-    table = costs.query(exp["ranks"], sorted({int(r["size"]) for _, _, r, _ in measured}) or [4],
-                        algos=ar["algos"], segment_bytes=ar["segment_bytes"], psar=psar)
+    zero = []  # the same, of the ZeRO rows: (net, N, csv row, busiest bytes sent)
+    for net in exp["networks"]:
+        for N in exp["ranks"] if exp.get("zero") else []:
+            path = os.path.join(out, f"zero_{net['name']}_n{N}.csv")
+            if not os.path.exists(path):
+                continue
+            volume = {r["algo"]: int(r["bytes_sent_max_rank"])
+                      for r in read_csv(os.path.join(out, f"zero_volume_{net['name']}_n{N}.csv"))}
+            for r in read_csv(path):
+                if int(r["wrong"] or 0) != 0:
+                    raise runner.RunError(f"{path}: {r['algo']} at {r['size']} B summed wrongly")
+                if int(r["size"]) > parse_bytes(exp["zero"]["layer_bytes"]):
+                    raise runner.RunError(f"{path}: {r['size']} B is more than one layer "
+                                          "(zero.layer_bytes), which the prediction assumes")
+                zero.append((net, N, r, volume.get(r["algo"])))
+    algos = list(dict.fromkeys(ar["algos"] + (exp["zero"]["algos"] if zero else [])))
+    sizes = {int(r["size"]) for _, _, r, _ in measured + zero}
+    table = costs.query(exp["ranks"], sorted(sizes) or [4],
+                        algos=algos, segment_bytes=ar["segment_bytes"], psar=psar)
     rows = []
     for net, N, r, sent in measured:
         B, alpha = parse_bandwidth(net["bandwidth"]), parse_seconds(net["latency"])
@@ -85,6 +134,15 @@ def load(exp, out, psar):
                      "size": n, "measured_s": float(r["time_us"]) * 1e-6,
                      "predicted_s": table.time(r["algo"], N, n, alpha, 1 / B),
                      "sent_max": sent, "exact_max": table.sent_busiest(r["algo"], N, n)})
+    for net, N, r, sent in zero:
+        B, alpha = parse_bandwidth(net["bandwidth"]), parse_seconds(net["latency"])
+        n = int(r["size"])
+        algo, stage = r["algo"].split(" zero")
+        k = ZERO_FACTOR[int(stage)]
+        rows.append({"network": net["name"], "N": N, "method": r["algo"], "servers": 0,
+                     "size": n, "measured_s": float(r["time_us"]) * 1e-6,
+                     "predicted_s": k * table.time(algo, N, n, alpha, 1 / B), "sent_max": sent,
+                     "exact_max": int(2 * k * (N - 1) * n // N) if (n // 4) % N == 0 else None})
     for net in exp["networks"]:
         B, alpha = parse_bandwidth(net["bandwidth"]), parse_seconds(net["latency"])
         for N in exp["ranks"]:
@@ -158,7 +216,7 @@ def ratio(rows, method, net, size, a, b):
 
 def table_report(exp, rows, note):
     size = parse_bytes(exp["headline_size"])
-    methods = [f"ps S={s}" for s in exp["ps"]["servers"]] + exp["allreduce"]["algos"]
+    methods = [f"ps S={s}" for s in exp["ps"]["servers"]] + exp["allreduce"]["algos"] + zero_methods(exp)
     lines = ["# Sync time vs N under the emulated network", "",
              f"One synchronization of {human(size)} (M = {size // 4:,} floats): `psar bench ps`",
              "(push + pull, N workers, S dedicated shards) and `psar bench allreduce`; median",
@@ -166,6 +224,11 @@ def table_report(exp, rows, note):
              "ms. Predictions: docs/algorithms.md for the allreduce algorithms; for the PS",
              "(max(N·M/S, M) + max(N, S)·chunk) / B + 2α — the busiest NIC (a shard's N·M/S or",
              "a worker's M, push and pull overlapped by chunking) and the last chunk's replies.",
+             "The `<algo> zeroK` rows: `psar bench allreduce --zero`, the collectives of one",
+             "step of ZeRO stage K with that algorithm's reduce-scatter and all-gather",
+             "(docs/zero.md), the vector one layer: stages 1 and 2 a reduce-scatter and an",
+             "all-gather (the allreduce's bytes and α-β time), stage 3 two all-gathers and a",
+             "reduce-scatter (1.5 times them).",
              "Regenerate: `experiments/net_scaling.py` (commands in its docstring).", ""]
     Ns = exp["ranks"]
     lo, hi = Ns[0], Ns[-1]
@@ -205,8 +268,8 @@ def table_report(exp, rows, note):
     lines += ["## Bytes sent by the busiest rank (Comm counters) beside the exact count", "",
               "The emulation delays messages; it never changes what is sent. Per network and N:",
               "measured bytes (busiest rank) at the headline size.", "",
-              "| network | N | " + " | ".join(exp["allreduce"]["algos"]) + " |",
-              "|---|---|" + "---|" * len(exp["allreduce"]["algos"])]
+              "| network | N | " + " | ".join(exp["allreduce"]["algos"] + zero_methods(exp)) + " |",
+              "|---|---|" + "---|" * len(exp["allreduce"]["algos"] + zero_methods(exp))]
     for net in exp["networks"]:
         for n in Ns:
             at = {r["method"]: r for r in rows if r["network"] == net["name"] and r["N"] == n
@@ -214,7 +277,7 @@ def table_report(exp, rows, note):
             if not at:
                 continue
             cells = []
-            for a in exp["allreduce"]["algos"]:
+            for a in exp["allreduce"]["algos"] + zero_methods(exp):
                 r = at.get(a)
                 exact = r["exact_max"] if r else None
                 mark = "" if r is None or exact is None or r["sent_max"] == exact else " (≠ exact!)"
@@ -256,7 +319,7 @@ def plot(exp, rows, out):
         plt.close(fig)
 
 
-def readme_blocks(exp, rows):
+def readme_blocks(exp, rows, out=None):
     """The README's figures: the check's verdict, the notes' claims at the
     first network and what the faster networks show, all from `rows`."""
     chk, size = exp["check"], parse_bytes(exp["headline_size"])
@@ -341,8 +404,40 @@ def readme_blocks(exp, rows):
             f"(model {at(name, f'ps S={S[0]}', 4)['predicted_s'] / at(name, f'ps S={S[-1]}', 4)['predicted_s']:.2f}×)"
             f"; ring at N = {hi}: {ms(at_hi['ring'])} ms; the PS at N = {hi}: "
             f"{min(float(ms(r)) for r in psN.values()):.1f}–{max(float(ms(r)) for r in psN.values()):.1f} ms.")
-    return {"README.md#check": check, "README.md#claims": "\n".join(claims) + "\n",
-            "README.md#host": "\n".join(host) + "\n"}
+    zero = []
+    for net in exp["networks"]:
+        name = net["name"]
+        cells = []
+        for m in zero_methods(exp):
+            base = m.split(" zero")[0]
+            for n in Ns:
+                r, r0 = at(name, m, n), at(name, base, n)
+                if r and r0:
+                    cells.append((m, n, q(r), r["measured_s"] / r0["measured_s"],
+                                  r["predicted_s"] / r0["predicted_s"]))
+        top = [c for c in cells if c[1] == hi]
+        if cells:
+            zero.append(f"- {net['bandwidth']}: measured ÷ predicted − 1: " + ", ".join(
+                f"{m} {pct_span([at(name, m, n) for n in Ns if at(name, m, n)])}"
+                for m in zero_methods(exp) if any(c[0] == m for c in cells)) + "." +
+                (f" At N = {hi}, ÷ the same algorithm's allreduce (ZeRO-0) row, measured "
+                 "(model): " + ", ".join(f"{m} {a:.2f}× ({b:.2f}×)" for m, _, _, a, b in top) + "."
+                 if top else ""))
+    wrong = [r for r in rows if r["method"] in zero_methods(exp) and r["sent_max"] is not None
+             and r["sent_max"] != r["exact_max"]]
+    counted = [r for r in rows if r["method"] in zero_methods(exp) and r["sent_max"] is not None]
+    if counted:
+        zero.append(f"- Bytes sent by the busiest rank: {len(counted) - len(wrong)} of "
+                    f"{len(counted)} ZeRO measurements equal 2(N−1)/N·n (stages 1, 2) or "
+                    "3(N−1)/N·n (stage 3) exactly" + (" — **not all**" if wrong else "") + ".")
+    prov = os.path.join(out, "machine_zero.txt") if out else None
+    if zero and prov and os.path.exists(prov):
+        zero.append("\nThe ZeRO rows' own run (machine_zero.txt): " + open(prov).read().strip())
+    blocks = {"README.md#check": check, "README.md#claims": "\n".join(claims) + "\n",
+              "README.md#host": "\n".join(host) + "\n"}
+    if zero:
+        blocks["README.md#zero"] = "\n".join(zero) + "\n"
+    return blocks
 
 
 def reports(exp, out, psar, blocks=False):
@@ -350,12 +445,15 @@ def reports(exp, out, psar, blocks=False):
     with `blocks`, the README's generated blocks)."""
     path = os.path.join(out, "machine.txt")
     note = open(path).read().strip() if os.path.exists(path) else ""
+    path = os.path.join(out, "machine_zero.txt")
+    if os.path.exists(path):
+        note += "\n\nThe ZeRO rows (machine_zero.txt): " + open(path).read().strip()
     rows = load(exp, out, psar)
     if not rows:
         raise runner.RunError(f"no measurements in {out}")
     texts = {"check.md": check_report(exp, rows, note), "table.md": table_report(exp, rows, note)}
     if blocks:
-        texts.update(readme_blocks(exp, rows))
+        texts.update(readme_blocks(exp, rows, out))
     return texts
 
 
@@ -414,13 +512,27 @@ def measure_and_report(args):
     measure(runner.experiment(args, "net_scaling"), args.psar, args.out, args.quick, args.high_priority)
     note = runner.provenance_text(args.state, args.high_priority)
     write_text(os.path.join(args.out, "machine.txt"), note + "\n")
+    write_text(os.path.join(args.out, "machine_zero.txt"), note + "\n")
     write_reports(args)
+
+
+def measure_zero_and_report(args):
+    """The ZeRO rows alone: their provenance goes to machine_zero.txt (the
+    README's "Produced by" stays the other rows')."""
+    measure_zero(runner.experiment(args, "net_scaling"), args.psar, args.out, args.quick,
+                 args.high_priority)
+    note = runner.provenance_text(args.state, args.high_priority)
+    write_text(os.path.join(args.out, "machine_zero.txt"), note + "\n")
+    write_reports(args)
+    return []
 
 
 def launcher():
     name = lambda args: runner.experiment(args, "net_scaling")["experiment"]["name"]  # noqa: E731
-    launch = runner.Launcher(__doc__, name, runs={"measure": measure_and_report}, reports={"reuse": write_reports},
-                             flags={"--reuse": ("reuse", "report from the data in --out")},
+    launch = runner.Launcher(__doc__, name, runs={"measure": measure_and_report, "zero": measure_zero_and_report},
+                             reports={"reuse": write_reports},
+                             flags={"--reuse": ("reuse", "report from the data in --out"),
+                                    "--zero": ("zero", "measure the ZeRO rows alone, report with the rest")},
                              out_help="default: runs/<name>, or results/<name> with --reference")
     ap = launch.parser
     ap.add_argument("experiment", nargs="?", default=os.path.join(ROOT, "experiments", "net_scaling.yaml"))

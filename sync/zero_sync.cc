@@ -64,11 +64,11 @@ int zero_stage(const SyncOptions& options, const std::string& backend) {
                       "sync.backend " + backend + " is not an allreduce algorithm" +
                       (backend == "ps" ? " (the parameter server shards its optimizer state on "
                                          "its servers already): set sync.zero: 0"
-                                       : ": choose ring, halving_doubling, hierarchical or mpi"));
+                                       : ": choose ring, halving_doubling, hierarchical, mpi or nccl"));
   if (!find_allreducer(backend).shards())
     throw ConfigError("sync.zero: " + std::to_string(stage) + " needs a reduce-scatter and an "
                       "all-gather; sync.backend " + backend + " has none (choose ring, "
-                      "halving_doubling, hierarchical or mpi)");
+                      "halving_doubling, hierarchical, mpi or nccl)");
   if (stage == 1 && options.overlap.on)
     throw ConfigError("sync.zero: 1 reduce-scatters the whole gradient after the backward; "
                       "sync.overlap (reduce-scatter each layer as the backward makes it) is "

@@ -33,6 +33,18 @@
 // rank, to set beside each algorithm's exact count (`psar cost`,
 // docs/algorithms.md). The `mpi` backend's traffic goes through MPI's own
 // collective, which the counters cannot see: its rows read 0.
+//
+// --zero 1,2,3 replaces each algorithm by the collectives one step of that
+// ZeRO stage runs (docs/zero.md) with the algorithm's reduce-scatter and
+// all-gather pair (allreduce/sharded.h), rows named "<algo> zero<k>", over
+// Partition{count, N} pieces; the vector is cut into layers of
+// sync.bucket_bytes, each split at the owners' boundaries as the trainer's
+// buckets are. Stage 1: one reduce-scatter and one all-gather of the whole
+// vector. Stage 2: the reduce-scatters layer by layer (last first, as the
+// backward makes them), then the whole all-gather. Stage 3: every layer
+// all-gathered for the forward and again for the backward, and
+// reduce-scattered after it; the parameters stay sharded, so its check
+// compares the rank's own piece only.
 
 #include <algorithm>
 #include <cmath>
@@ -45,6 +57,7 @@
 #include "allreduce/allreducer.h"
 #include "allreduce/tuned.h"
 #include "allreduce/partition.h"
+#include "allreduce/sharded.h"
 #include "comm/comm.h"
 #include "core/csv.h"
 #include "core/errors.h"
@@ -70,13 +83,14 @@ struct BenchOptions {
   std::string csv, volume_csv;
   std::string tuning;      // --tuning: add `auto` from this table
   std::string tuning_out;  // psar tune --out: write the measured times as a table
+  std::vector<int> zero;   // --zero: the ZeRO stages to run each algorithm as
   bool help = false;
 };
 
 constexpr const char* kUsage =
     "usage: psar bench allreduce [--algos a,b,...] [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] "
     "[-n ITERS] [-w WARMUP] [-r ROUNDS] [-c 0|1] [--csv FILE] [--volume-csv FILE] "
-    "[--tuning TABLE] [--set sync.segment_bytes=512K]";
+    "[--tuning TABLE] [--zero 1,2,3] [--set sync.segment_bytes=512K] [--set sync.bucket_bytes=1M]";
 constexpr const char* kTuneUsage =
     "usage: psar tune --out TABLE [--algos a,b,...] [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] "
     "[-n ITERS] [-w WARMUP] [-r ROUNDS] [--set net.bandwidth=...]";
@@ -111,6 +125,9 @@ BenchOptions parse(const std::vector<std::string>& args) {
     else if (flag == "--csv") o.csv = value;
     else if (flag == "--volume-csv") o.volume_csv = value;
     else if (flag == "--tuning") o.tuning = value;
+    else if (flag == "--zero")
+      for (const auto& stage : split_list_arg(value))
+        o.zero.push_back(static_cast<int>(parse_int(flag, stage, 1)));
     else if (flag == "--out") o.tuning_out = value;  // psar tune only (checked there)
     else throw ConfigError("psar bench allreduce: unknown option '" + flag + "'\n" + kUsage);
   }
@@ -125,6 +142,10 @@ BenchOptions parse(const std::vector<std::string>& args) {
     for (size_t b = 0; b < a; ++b)
       if (o.algos[a] == o.algos[b])
         throw ConfigError("psar bench allreduce: algorithm '" + o.algos[a] + "' listed twice");
+  for (int stage : o.zero)
+    if (stage > 3)
+      throw ConfigError("psar bench allreduce: --zero takes stages 1, 2 and 3, got " +
+                        std::to_string(stage));
   if (o.rounds == 0) o.rounds = std::min(o.iters, 5);
   if (o.rounds > o.iters)
     throw ConfigError("psar bench allreduce: -r (" + std::to_string(o.rounds) +
@@ -138,13 +159,14 @@ float pattern(int rank, int64_t i) {
   return static_cast<float>(((i * 7 + rank * 13) % 31) - 15) * 0.125f;
 }
 
-int64_t count_wrong(std::span<const float> result, int ranks) {
+// result: elements [first, first + result.size()) of the summed vector.
+int64_t count_wrong(std::span<const float> result, int64_t first, int ranks) {
   int64_t wrong = 0;
   for (int64_t i = 0; i < static_cast<int64_t>(result.size()); ++i) {
     double sum = 0, magnitude = 0;
     for (int r = 0; r < ranks; ++r) {
-      sum += pattern(r, i);
-      magnitude += std::fabs(pattern(r, i));
+      sum += pattern(r, first + i);
+      magnitude += std::fabs(pattern(r, first + i));
     }
     wrong += std::fabs(result[i] - sum) > 1e-6 * magnitude;
   }
@@ -157,6 +179,68 @@ double median(std::vector<double> v) {
   const size_t m = v.size() / 2;
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
+
+// One step's collectives of ZeRO stage `stage` with `algo`'s pair (the
+// usage above). Stages 1 and 2 leave the sum everywhere; stage 3 leaves it
+// in the rank's own piece (owned()).
+class ZeroStep final : public Allreducer {
+ public:
+  ZeroStep(const std::string& algo, int stage, const AllreduceOptions& options, int64_t layer_floats)
+      : algo_(algo), stage_(stage), layer_(std::max<int64_t>(layer_floats, 1)),
+        pair_(make_sharded_collectives(algo, options)) {}
+  std::string name() const override { return algo_ + " zero" + std::to_string(stage_); }
+
+  void allreduce(Comm& comm, std::span<float> data) override {
+    const int64_t count = static_cast<int64_t>(data.size());
+    if (stage_ == 1) {
+      pair_->reduce_scatter(comm, data);
+      pair_->all_gather(comm, data);
+      return;
+    }
+    const Partition owners{count, comm.size()};
+    const int64_t layers = (count + layer_ - 1) / layer_;
+    auto layer = [&](std::span<float> v, int64_t l) {
+      const int64_t lo = l * layer_, hi = std::min(count, lo + layer_);
+      std::vector<int64_t> split;
+      for (int q = 0; q <= comm.size(); ++q)
+        split.push_back(std::clamp(q == comm.size() ? count : owners.offset(q), lo, hi) - lo);
+      return std::pair{v.subspan(static_cast<size_t>(lo), static_cast<size_t>(hi - lo)), split};
+    };
+    if (stage_ == 2) {
+      for (int64_t l = layers - 1; l >= 0; --l) {
+        auto [grads, split] = layer(data, l);
+        pair_->reduce_scatter(comm, grads, split);
+      }
+      pair_->all_gather(comm, data);
+      return;
+    }
+    gathered_.resize(data.size());  // the gathered parameters: their values do not matter here
+    for (int64_t l = 0; l < layers; ++l) {
+      auto [params, split] = layer(gathered_, l);
+      pair_->all_gather(comm, params, split);
+    }
+    for (int64_t l = layers - 1; l >= 0; --l) {
+      auto [params, psplit] = layer(gathered_, l);
+      pair_->all_gather(comm, params, psplit);
+      auto [grads, gsplit] = layer(data, l);
+      pair_->reduce_scatter(comm, grads, gsplit);
+    }
+  }
+
+  // The elements of `count` whose sum this step leaves on rank `rank`.
+  std::pair<int64_t, int64_t> owned(int64_t count, int rank, int ranks) const {
+    if (stage_ < 3) return {0, count};
+    const Partition owners{count, ranks};
+    return {owners.offset(rank), owners.size(rank)};
+  }
+
+ private:
+  std::string algo_;
+  int stage_;
+  int64_t layer_;
+  std::unique_ptr<ShardedCollectives> pair_;
+  std::vector<float> gathered_;
+};
 
 struct Row {
   std::string algo;
@@ -202,14 +286,29 @@ int run_bench(CliContext& ctx, BenchOptions o) {
   const Config config = Config::load_string("{}", config_schema(), ctx.overrides, "--set");
   const AllreduceOptions ao = allreduce_options(config);
   std::vector<std::unique_ptr<Allreducer>> algos;
-  for (const auto& name : o.algos) algos.push_back(make_allreducer(name, ao));
+  std::vector<std::string> names;
+  Comm& comm = ctx.world();
+  if (o.zero.empty()) {
+    for (const auto& name : o.algos) algos.push_back(make_allreducer(name, ao));
+  } else {
+    if (!o.tuning.empty() || !o.tuning_out.empty())
+      throw ConfigError("psar bench allreduce: --zero runs the stages' collectives; it takes no tuning table");
+    const int64_t layer = config.get_bytes("sync.bucket_bytes") / 4;
+    for (const auto& name : o.algos) {
+      check_shards(name, comm.size());
+      for (int stage : o.zero) {
+        algos.push_back(std::make_unique<ZeroStep>(name, stage, ao, layer));
+        names.push_back(algos.back()->name());
+      }
+    }
+    o.algos = names;
+  }
   if (!o.tuning.empty()) {
     algos.push_back(std::make_unique<TunedAllreducer>(TuningTable::load(o.tuning), ao));
     o.algos.push_back("auto");
   }
   std::string tuning_rows;
 
-  Comm& comm = ctx.world();
   apply_network_model(comm, config);  // net.* (off unless net.bandwidth is set)
   comm.set_timeout(config.get_duration("sync.timeout"));
   const int n = comm.size();
@@ -232,8 +331,11 @@ int run_bench(CliContext& ctx, BenchOptions o) {
       if (o.check) {
         for (int64_t i = 0; i < count; ++i) buf[i] = pattern(comm.rank(), i);
         algos[a]->allreduce(comm, buf);
-        wrong[a] = static_cast<int64_t>(
-            comm.allreduce_sum(static_cast<double>(count_wrong(buf, n))));
+        const auto* zero = dynamic_cast<const ZeroStep*>(algos[a].get());
+        const auto [lo, len] = zero ? zero->owned(count, comm.rank(), n)
+                                    : std::pair<int64_t, int64_t>{0, count};
+        wrong[a] = static_cast<int64_t>(comm.allreduce_sum(
+            static_cast<double>(count_wrong(buf.subspan(lo, len), lo, n))));
         wrong_total += wrong[a];
       }
       std::fill(buf.begin(), buf.end(), 0.0f);

@@ -126,6 +126,8 @@ SCHEMAS = {
         "allreduce": {"algos": [Str], "min": Size, "max": Size, "factor": Int, "iters": Int,
                       "warmup": Int, "segment_bytes": Size},
         "ps": {"servers": [Int], "size": Size, "iters": Int, "warmup": Int, "chunk_bytes": Size},
+        "zero": Optional({"algos": [Str], "stages": [Int], "size": Size, "layer_bytes": Size,
+                          "iters": Int, "warmup": Int}),
         "headline_size": Size,
         "check": {"network": Str, "min_size": Size, "tolerance": Number},
     },

@@ -376,6 +376,28 @@ TEST_F(Cli, BenchVolumeCsvsCountExactlyTheFormulaBytes) {
   EXPECT_EQ(csv_row(ar, "ring")["bytes_sent_total"], std::to_string(2 * 2 * 12288));
   EXPECT_EQ(csv_row(ar, "naive")["bytes_sent_total"], std::to_string(3 * 2 * 12288));
   EXPECT_EQ(csv_row(ar, "naive")["bytes_sent_max_rank"], std::to_string(2 * 12288));
+  // ZeRO's collectives (--zero), each checked against the double-precision
+  // sum (exit 0), in layers of 4K — each inside one owner's piece of 4K: a
+  // reduce-scatter and an all-gather move the allreduce's (N−1)·M in all,
+  // stage 3's extra all-gather half of it again, however the layers fall.
+  const fs::path zero = dir_ / "zero.csv";
+  o = run(mpirun + PSAR_BIN + " bench allreduce --algos ring --zero 1,2,3 -b 12K -e 12K -n 1 "
+          "-w 0 --set sync.bucket_bytes=4K --volume-csv " + zero.string());
+  ASSERT_EQ(o.code, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("Out of bounds values : 0 OK"));
+  for (const char* stage : {"ring zero1", "ring zero2"})
+    EXPECT_EQ(csv_row(zero, stage)["bytes_sent_total"], std::to_string(2 * 2 * 12288)) << stage;
+  EXPECT_EQ(csv_row(zero, "ring zero3")["bytes_sent_total"], std::to_string(3 * 2 * 12288));
+  EXPECT_EQ(csv_row(zero, "ring zero3")["bytes_sent_max_rank"], std::to_string(3 * 8192));
+}
+
+TEST_F(Cli, BenchAllreduceZeroRejectsWhatItCannotRun) {
+  Outcome o = run(std::string(PSAR_BIN) + " bench allreduce --zero 4");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("--zero takes stages 1, 2 and 3, got 4"));
+  o = run(std::string(PSAR_BIN) + " bench allreduce --algos tree --zero 1");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.output, HasSubstr("tree"));
 }
 
 TEST_F(Cli, BenchPsRejectsWhatItCannotRun) {

@@ -432,17 +432,30 @@ TEST(LayerGatherPrefetch, SegmentedLayersStepAsZero0Bitwise) {
 // and all-gather are two levels (allreduce/hierarchical.cc), whose sums
 // group the elements by owner where its allreduce groups them by
 // Partition{Ψ, L}: within 1e-6 of its ZeRO-0 run (not bitwise in general).
+// The MLP with Adam and the GPT with SGD (stages 2 and 3 by its layers).
 TEST(ZeroHierarchical, Stages1To3EqualZero0OnTwoNodes) {
   ops::set_blas_threads(1);
-  const Config base = with(testing::small_mlp_config("hierarchical", 10, "adam"),
-                           {"net.node_size=2", "net.bandwidth=100Gbit"});
-  const auto zero0 = train_result(4, base).params;
-  ASSERT_FALSE(zero0.empty());
-  for (const char* stage : {"1", "2", "3"}) {
-    const auto sharded = train_result(4, with(base, {std::string("sync.zero=") + stage})).params;
-    ASSERT_EQ(sharded.size(), zero0.size());
-    EXPECT_LE(relative_difference(zero0, sharded), 1e-6) << "stage " << stage;
+  const std::vector<std::string> nodes = {"net.node_size=2", "net.bandwidth=100Gbit"};
+  // (Without net.bandwidth the nodes are the hierarchical's only: no emulated delay.)
+  const std::vector<std::string> gpt_sets = {"net.node_size=2", "sync.backend=hierarchical",
+                                             "train.steps=10", "optimizer.type=sgd",
+                                             "optimizer.lr=0.01"};
+  for (const auto& [what, base] :
+       {std::pair{"mlp adam", with(testing::small_mlp_config("hierarchical", 10, "adam"), nodes)},
+        std::pair{"gpt sgd", testing::gpt_3d_config({1, 1, 4}, gpt_sets)}}) {
+    const auto zero0 = train_result(4, base).params;
+    ASSERT_FALSE(zero0.empty());
+    for (const char* stage : {"1", "2", "3"}) {
+      const auto sharded = train_result(4, with(base, {std::string("sync.zero=") + stage})).params;
+      ASSERT_EQ(sharded.size(), zero0.size());
+      EXPECT_LE(relative_difference(zero0, sharded), 1e-6) << what << " stage " << stage;
+    }
   }
+  // The check can fail: a run of fewer steps ends elsewhere.
+  const Config mlp = with(testing::small_mlp_config("hierarchical", 10, "adam"), nodes);
+  EXPECT_GT(relative_difference(train_result(4, mlp).params,
+                                train_result(4, with(mlp, {"sync.zero=1", "train.steps=9"})).params),
+            1e-6);
 }
 
 // ---- checkpoints -------------------------------------------------------------
@@ -508,6 +521,45 @@ TEST_F(ZeroFiles, ResumingOntoAnotherDataParallelSizeReshards) {
     else EXPECT_LE(relative_difference(resumed_stage1[n], resumed), 1e-6) << n;
   }
   }
+}
+
+// "A run that had d/2 from the checkpoint": ZeRO-0's own run stopped at
+// step 5 on 4 ranks and resumed on 2 (its optimizer state whole on every
+// rank). Each stage's checkpoint of step 5 holds the same parameters and,
+// cut in pieces, the same Adam state, and its 2 ranks then run the sums of
+// ZeRO-0 at d = 2 (ZeroEqualsZero0): the resumed runs are bitwise that one.
+TEST_F(ZeroFiles, ResumingOntoHalfTheRanksIsBitwiseZero0ResumedThere) {
+  auto resumed = [&](const std::string& stage, const std::vector<std::string>& sets) {
+    const Config whole = with(testing::small_mlp_config("ring", 10, "adam"),
+                              [&] {
+                                auto all = sets;
+                                all.insert(all.begin(), {"sync.zero=" + stage,
+                                                         "train.checkpoint_every=5"});
+                                return all;
+                              }());
+    const std::string from = (dir_ / ("stopped" + stage)).string();
+    train_result(4, with(whole, {"train.steps=5"}), from);
+    std::vector<float> params;
+    std::mutex mu;
+    run_inproc(2, [&](Comm& c) {
+      TrainOptions o;
+      o.out_dir = (dir_ / ("resumed" + stage)).string();
+      o.resume_from = from;
+      TrainResult r = train(c, whole, o);
+      std::lock_guard<std::mutex> lock(mu);
+      if (c.rank() == 0) params = r.params;
+    });
+    return params;
+  };
+  const auto zero0 = resumed("0", {});
+  ASSERT_FALSE(zero0.empty());
+  EXPECT_EQ(resumed("1", {}), zero0) << "stage 1";
+  EXPECT_EQ(resumed("2", {"sync.overlap=true", "sync.bucket_bytes=3K"}), zero0) << "stage 2";
+  EXPECT_EQ(resumed("3", {"sync.overlap=true"}), zero0) << "stage 3";
+  // The check can fail: the 4-rank run to step 10 sums in another order.
+  const auto four = train_result(4, with(testing::small_mlp_config("ring", 10, "adam"),
+                                         {"sync.zero=1"})).params;
+  EXPECT_NE(four, zero0);
 }
 
 // Inside a (p, t, d) grid the same holds cell by cell: (2, 2, 2) to step 3,
@@ -586,6 +638,7 @@ TEST(ZeroConfig, RefusalsNameTheKeys) {
   EXPECT_THAT(error(2, "naive", {"sync.zero=1"}),
               AllOf(HasSubstr("sync.zero"), HasSubstr("naive"), HasSubstr("reduce-scatter")));
   EXPECT_THAT(error(2, "tree", {"sync.zero=2"}), AllOf(HasSubstr("sync.zero"), HasSubstr("tree")));
+  EXPECT_THAT(error(2, "auto", {"sync.zero=1"}), AllOf(HasSubstr("sync.zero"), HasSubstr("auto")));
   EXPECT_THAT(testing::train_config_error(2, testing::cnn_config(false, {"sync.zero=2"})),
               AllOf(HasSubstr("sync.zero: 2"), HasSubstr("model.type cnn"),
                     HasSubstr("layer_ranges")));

@@ -67,6 +67,5 @@ train zero3_nccl2_prefetch 120 2 "${zero[@]}" --sync nccl --set sync.zero=3 --se
 
 # The GEMM seam against bare cuBLAS (bench/bench_cuda_gemm.cc), 8192 tokens.
 step bench_cuda_gemm 300 "$build/bench/bench_cuda_gemm" --benchmark_filter='N:8192/' \
-  --benchmark_min_time=0.05 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
-  --benchmark_out="$out/bench_cuda_gemm.json" --benchmark_out_format=json
+  --benchmark_min_time=0.05 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 echo "load after: $(cat /proc/loadavg)" >>"$out/machine.txt"

@@ -5,7 +5,7 @@
 
 DIR holds machine.txt, status.txt, one NAME.log per step (gtest output of
 the GPU tests; each training run's output), runs/NAME/{summary,steps}.csv
-and bench_cuda_gemm.json (Google Benchmark). Each training run is set
+and bench_cuda_gemm.log (Google Benchmark's console output). Each training run is set
 beside its reference — the same configuration on the CPU (mlp_*, gpt_*) or
 ZeRO-0 with the ring (zero*) — by the relative difference of its final
 loss; the GEMM benchmark by each shape's median TFLOP/s through psar's op
@@ -13,7 +13,6 @@ seam, through the linear layer and through bare cublasSgemm, and
 seam ÷ bare.
 """
 import csv
-import json
 import os
 import re
 import sys
@@ -85,30 +84,34 @@ def main():
               f"{status.get('train_' + name, '?')} |")
     print("\nsamples/s is the run's own figure (summary.csv): these models are small, so it "
           "measures per-step overheads more than the device's arithmetic.\n")
-    bench = os.path.join(d, "bench_cuda_gemm.json")
+    bench = os.path.join(d, "bench_cuda_gemm.log")
     if os.path.exists(bench):
-        with open(bench) as f:
-            data = json.load(f)
+        # The console's medians (the JSON is written only at the end, so a
+        # run stopped at its limit leaves none).
         rate = {}
-        for b in data["benchmarks"]:
-            if b.get("aggregate_name") not in (None, "median"):
-                continue
-            m = re.match(r"BM_(\w+)/N:(\d+)/d:(\d+)/t:(\d+)/w2:(\d)", b["name"])
-            if m:
-                rate[(m.group(1),) + tuple(int(x) for x in m.groups()[1:])] = b["TFLOP/s"]
+        pattern = re.compile(r"^BM_(\w+)/N:(\d+)/d:(\d+)/t:(\d+)/w2:(\d)/real_time_median\s.*"
+                             r"TFLOP/s=([0-9.]+)")
+        with open(bench) as f:
+            for line in f:
+                m = pattern.match(line)
+                if m:
+                    rate[(m.group(1),) + tuple(int(x) for x in m.groups()[1:5])] = float(m.group(6))
         print("## GEMM: psar's op seam against bare cuBLAS (FP32, `bench/bench_cuda_gemm`)\n")
+        ended = status.get("bench_cuda_gemm")
         print("Median of 3 repetitions; N tokens, width d, t shards; GEMM 1 is X·W1 "
-              "(N × 4d/t, K = d), GEMM 2 is H·W2 (N × d, K = 4d/t).\n")
+              "(N × 4d/t, K = d), GEMM 2 is H·W2 (N × d, K = 4d/t); the linear layer adds "
+              "its bias. " + (f"The benchmark exited with status {ended}." if ended == "0" else
+                              "The benchmark did not finish (" +
+                              (f"exit status {ended}" if ended else "stopped before it ended") +
+                              "): a shape it had not reached shows —.") + "\n")
         print("| N | d | t | GEMM | seam TFLOP/s | linear TFLOP/s | bare cuBLAS TFLOP/s | seam ÷ bare |")
         print("|---|---|---|---|---|---|---|---|")
-        shapes = sorted({k[1:] for k in rate})
-        for s in shapes:
+        for s in sorted({k[1:] for k in rate}):
             seam, lin, bare = (rate.get((w,) + s) for w in ("SeamGemm", "SeamLinear", "BareCublas"))
             fmt = lambda x: "—" if x is None else f"{x:.1f}"  # noqa: E731
             ratio = "—" if not (seam and bare) else f"{seam / bare:.3f}"
             print(f"| {s[0]} | {s[1]} | {s[2]} | {s[3] + 1} | {fmt(seam)} | {fmt(lin)} | "
                   f"{fmt(bare)} | {ratio} |")
-
 
 if __name__ == "__main__":
     main()

@@ -75,6 +75,9 @@ class Allreducer {
 struct CostTerms {
   double alpha = 0, beta = 0, gamma = 0;
   double time(double a, double b, double g) const { return alpha * a + beta * b + gamma * g; }
+  friend CostTerms operator+(const CostTerms& x, const CostTerms& y) {
+    return {x.alpha + y.alpha, x.beta + y.beta, x.gamma + y.gamma};
+  }
 };
 
 // One allreduce of `bytes` over `ranks` ranks (segments from options).
@@ -127,6 +130,23 @@ const AllreducerEntry& find_allreducer(const std::string& name);
 // rank under a one-level emulated network, else the hostnames, exchanged
 // over the control plane (collective over `comm`).
 std::vector<int> node_map(Comm& comm);
+// One algorithm's node map, found by node_map on the first call over a
+// communicator and kept for the next ones (a collective of its own, so every
+// rank's first call finds it); empty for an algorithm that does not read it
+// (AllreducerEntry::needs_nodes). What a program's allreducer and its
+// sharded pair (allreduce/sharded.h) hand the engine.
+class NodeMapCache {
+ public:
+  // operation: named if finding the nodes fails ("tree allreduce").
+  NodeMapCache(const AllreducerEntry& entry, std::string operation);
+  const std::vector<int>& get(Comm& comm);
+
+ private:
+  bool needed_;
+  std::string operation_;
+  const Comm* found_for_ = nullptr;
+  std::vector<int> node_;
+};
 // Throws ConfigError listing the known names if `name` is unknown. A
 // program's allreducer plans once per (ranks, count) and reuses its plan.
 std::unique_ptr<Allreducer> make_allreducer(const std::string& name,

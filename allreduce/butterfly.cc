@@ -44,9 +44,8 @@ Program butterfly_program(const ProgramShape& shape) {
 // power of two) adds 2α + 2nβ + nγ.
 CostTerms butterfly_cost(int ranks, int64_t bytes, const AllreduceOptions&) {
   const Fold fold(ranks);
-  const int rounds = fold.levels;
-  const double n = static_cast<double>(bytes), f = fold.extras > 0 ? 1 : 0;
-  return {rounds + 2 * f, rounds * n + 2 * f * n, rounds * n + f * n};
+  const double levels = fold.levels, n = static_cast<double>(bytes);
+  return CostTerms{levels, levels * n, levels * n} + fold.cost(n);
 }
 
 }  // namespace psar

@@ -38,6 +38,11 @@ struct CollectiveOptions {
   bool accumulate_in_dtype = false;
 };
 
+struct AllreduceOptions;  // allreduce/allreducer.h
+// An allreduce's options as its collectives take them (the registry's
+// allreducers and their sharded pairs).
+CollectiveOptions collective_options(const AllreduceOptions& options);
+
 // The collectives other than allreduce, by kind; each names its program.
 enum class CollectiveKind { kReduceScatter, kAllGather, kBroadcast, kReduce };
 struct CollectiveEntry {

@@ -15,6 +15,11 @@ int Fold::partner(int rank) const {
   return rank < extras ? rank + p2 : -1;
 }
 
+CostTerms Fold::cost(double bytes) const {
+  if (extras == 0) return {};
+  return {2, 2 * bytes, bytes};
+}
+
 int fold_in(const Fold& fold, int64_t count, Program& program) {
   if (fold.extras == 0) return 0;
   for (int e = fold.p2; e < fold.p2 + fold.extras; ++e)

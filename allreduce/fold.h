@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "allreduce/allreducer.h"
 #include "allreduce/program.h"
 
 namespace psar {
@@ -21,6 +22,9 @@ struct Fold {
   bool is_extra(int rank) const { return rank >= p2; }
   // The rank this one exchanges with when folding, or -1 if none.
   int partner(int rank) const;
+  // What folding adds to an allreduce of `bytes`: 2α + 2nβ + nγ (the
+  // busiest pair: n in, summed, n back), nothing for a power of two.
+  CostTerms cost(double bytes) const;
 };
 
 // Round 0 (if there are extra ranks): each extra rank's vector, added by its

@@ -56,10 +56,9 @@ Program halving_doubling_program(const ProgramShape& shape) {
 // 2Lα + (p2-1)/p2·n(2β+γ); folding adds 2α + 2nβ + nγ.
 CostTerms halving_doubling_cost(int ranks, int64_t bytes, const AllreduceOptions&) {
   const Fold fold(ranks);
-  const int rounds = fold.levels;
-  const double n = static_cast<double>(bytes), f = fold.extras > 0 ? 1 : 0;
+  const double n = static_cast<double>(bytes);
   const double share = static_cast<double>(fold.p2 - 1) / fold.p2 * n;
-  return {2.0 * rounds + 2 * f, 2 * share + 2 * f * n, share + f * n};
+  return CostTerms{2.0 * fold.levels, 2 * share, share} + fold.cost(n);
 }
 
 // halving_doubling reduce-scatter and all-gather: the two halves of the

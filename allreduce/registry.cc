@@ -6,6 +6,7 @@
 #include <iterator>
 #include <map>
 #include <numeric>
+#include <utility>
 
 #include "allreduce/algorithms.h"
 #include "allreduce/collectives.h"
@@ -77,34 +78,41 @@ std::vector<int> node_map(Comm& comm) {
   return node;
 }
 
+NodeMapCache::NodeMapCache(const AllreducerEntry& entry, std::string operation)
+    : needed_(entry.needs_nodes), operation_(std::move(operation)) {}
+
+const std::vector<int>& NodeMapCache::get(Comm& comm) {
+  if (needed_ && found_for_ != &comm) {
+    Comm::OpScope op(comm, operation_ + ": finding the nodes");
+    node_ = node_map(comm);
+    found_for_ = &comm;
+  }
+  return node_;
+}
+
+CollectiveOptions collective_options(const AllreduceOptions& options) {
+  return {.segment_bytes = options.segment_bytes, .dtype = options.dtype,
+          .accumulate_in_dtype = options.accumulate_in_dtype};
+}
+
 namespace {
 // A program algorithm: its program, planned once per (ranks, count), run by
 // the engine.
 class ProgramAllreducer final : public Allreducer {
  public:
   ProgramAllreducer(const AllreducerEntry& entry, const AllreduceOptions& options)
-      : name_(entry.name), needs_nodes_(entry.needs_nodes),
-        run_(entry.program,
-             {.segment_bytes = options.segment_bytes, .dtype = options.dtype,
-              .accumulate_in_dtype = options.accumulate_in_dtype},
-             allreduce_tags::kAllreduce) {}
+      : name_(entry.name), nodes_(entry, name_ + " allreduce"),
+        run_(entry.program, collective_options(options), allreduce_tags::kAllreduce) {}
   std::string name() const override { return name_; }
 
   void allreduce(Comm& comm, std::span<float> data) override {
-    if (needs_nodes_ && nodes_for_ != &comm) {  // once per communicator
-      Comm::OpScope op(comm, name_ + " allreduce: finding the nodes");
-      node_ = node_map(comm);
-      nodes_for_ = &comm;
-    }
-    run_.run(comm, data, 0, node_);
+    run_.run(comm, data, 0, nodes_.get(comm));
   }
 
  private:
   std::string name_;
-  bool needs_nodes_;
+  NodeMapCache nodes_;
   ProgramCollective run_;
-  const Comm* nodes_for_ = nullptr;
-  std::vector<int> node_;
 };
 
 std::vector<AllreducerEntry>& entries() {

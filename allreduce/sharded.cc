@@ -13,38 +13,22 @@ class ProgramSharded final : public ShardedCollectives {
  public:
   ProgramSharded(const AllreducerEntry& entry, const AllreduceOptions& options)
       : name_(entry.name),
-        needs_nodes_(entry.needs_nodes),
+        nodes_(entry, name_ + " reduce-scatter/all-gather"),
         reduce_scatter_(entry.reduce_scatter, collective_options(options),
                         allreduce_tags::kReduceScatter),
         all_gather_(entry.all_gather, collective_options(options), allreduce_tags::kAllGather) {}
   std::string name() const override { return name_; }
   void reduce_scatter(Comm& comm, std::span<float> data,
                       const std::vector<int64_t>& split) override {
-    reduce_scatter_.run(comm, data, 0, nodes(comm), split);
+    reduce_scatter_.run(comm, data, 0, nodes_.get(comm), split);
   }
   void all_gather(Comm& comm, std::span<float> data, const std::vector<int64_t>& split) override {
-    all_gather_.run(comm, data, 0, nodes(comm), split);
+    all_gather_.run(comm, data, 0, nodes_.get(comm), split);
   }
 
  private:
-  static CollectiveOptions collective_options(const AllreduceOptions& o) {
-    return {.segment_bytes = o.segment_bytes, .dtype = o.dtype,
-            .accumulate_in_dtype = o.accumulate_in_dtype};
-  }
-  // The node map of an algorithm that reads it, once per communicator (as
-  // the allreduce finds it: node_map).
-  const std::vector<int>& nodes(Comm& comm) {
-    if (needs_nodes_ && nodes_for_ != &comm) {
-      Comm::OpScope op(comm, name_ + " reduce-scatter/all-gather: finding the nodes");
-      node_ = node_map(comm);
-      nodes_for_ = &comm;
-    }
-    return node_;
-  }
   std::string name_;
-  bool needs_nodes_;
-  const Comm* nodes_for_ = nullptr;
-  std::vector<int> node_;
+  NodeMapCache nodes_;  // one map for both collectives
   ProgramCollective reduce_scatter_, all_gather_;
 };
 }  // namespace

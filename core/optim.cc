@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/config.h"
 #include "core/errors.h"
 #include "core/tensor.h"
 #if PSAR_HAVE_CUDA
@@ -11,6 +12,20 @@
 #endif
 
 namespace psar {
+
+OptimizerOptions optimizer_options(const Config& c) {
+  OptimizerOptions o;
+  o.type = c.get_string("optimizer.type");
+  o.lr = static_cast<float>(c.get_float("optimizer.lr"));
+  o.momentum = static_cast<float>(c.get_float("optimizer.momentum"));
+  o.weight_decay = static_cast<float>(c.get_float("optimizer.weight_decay"));
+  o.beta1 = static_cast<float>(c.get_float("optimizer.beta1"));
+  o.beta2 = static_cast<float>(c.get_float("optimizer.beta2"));
+  o.eps = static_cast<float>(c.get_float("optimizer.eps"));
+  o.schedule = c.get_string("optimizer.schedule");
+  o.warmup_steps = c.get_int("optimizer.warmup_steps");
+  return o;
+}
 
 namespace {
 

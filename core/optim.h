@@ -29,6 +29,11 @@ struct OptimizerOptions {
   int64_t total_steps = 0;            // cosine: decays to 0 at this step
 };
 
+class Config;  // core/config.h
+// The optimizer.* keys (the cosine schedule's total_steps comes from the
+// run's length, not from a key).
+OptimizerOptions optimizer_options(const Config& config);
+
 // The learning rate of step `step` (0-based).
 float scheduled_lr(const OptimizerOptions& options, int64_t step);
 

@@ -53,9 +53,14 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
     throw ConfigError("ps.servers = " + std::to_string(S) + " dedicated server(s) among " +
                       std::to_string(W) + " ranks leaves " + (S < 1 ? "no server" : "no worker") +
                       " (run more ranks, or set ps.colocated: true)");
+  // One setting for both sides (PsOptions::set_rows): a worker and a shard
+  // that disagree on the sparse rows misread each other's frames.
+  PSAR_CHECK(options.server.rows.floats == options.client.rows.floats &&
+                 options.server.rows.row_floats == options.client.rows.row_floats,
+             "ps: the servers' and the workers' sparse rows differ (PsOptions::set_rows)");
   PsRank me;
   me.workers = options.colocated ? W : W - S;
-  check_backup_workers(options.backup_workers, me.workers, options.consistency);
+  check_backup_workers(options.server.backup_workers, me.workers, options.server.consistency);
   me.shard = options.colocated || rank < S ? rank : -1;
   me.worker = options.colocated ? rank : (rank >= S ? rank - S : -1);
 
@@ -79,7 +84,7 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
   // the shards' allow-lists.
   CurveKeys worker_keys;
   std::set<std::string> clients;
-  const bool curve = options.security == Security::kCurve;
+  const bool curve = options.server.security == Security::kCurve;
   if (curve) {
     if (me.worker >= 0) worker_keys = make_curve_keys();
     for (const auto& key : world.allgather_bytes(bytes_of(worker_keys.public_key)))
@@ -95,26 +100,16 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
       [&]() -> std::string {
         if (me.shard < 0) return "";
         if (!address_error.empty()) throw ConfigError(address_error);
-        ServerOptions so;
+        ServerOptions so = options.server;
         so.shard = me.shard;
         so.range = plan[me.shard];
         so.chunk_floats = chunk_floats;
         so.workers = me.workers;
         so.token = token;
-        so.consistency = options.consistency;
-        so.staleness = options.staleness;
-        so.backup_workers = options.backup_workers;
-        so.continue_on_failure = options.continue_on_failure;
-        so.optimizer = options.optimizer;
-        so.timeout_s = options.timeout_s;
         so.bind = me.address.bind;
         so.advertise = me.address.advertise;
         so.nic = world.network();
-        so.security = options.security;
         so.clients = clients;
-        so.rows = options.rows;
-        so.checkpoint_every = options.checkpoint_every;
-        so.on_checkpoint = options.on_checkpoint;
         if (options.resume_shard) so.resume = options.resume_shard(me.shard);
         me.server =
             std::make_unique<Server>(so, initial.subspan(static_cast<size_t>(so.range.begin),
@@ -141,17 +136,14 @@ PsRank launch_ps(Comm& world, const PsOptions& options, std::span<const float> i
     me.server_thread = std::make_unique<ServerThread>(std::move(me.server));
   }
   if (me.worker >= 0) {
-    ClientOptions co;
+    ClientOptions co = options.client;
     co.worker = me.worker;
     co.token = token;
-    co.timeout_s = options.timeout_s;
     co.shards = me.shards;
     co.chunk_floats = chunk_floats;
     co.nic = world.network();
     co.host = here.hostname;
-    co.first_clock = options.first_clock;
     co.curve = worker_keys;
-    co.rows = options.rows;
     me.client = std::make_unique<Client>(co);
   }
   return me;

@@ -35,28 +35,34 @@
 
 namespace psar::ps {
 
+// A job's options, read once from the ps.* keys (ps_options,
+// sync/sync_options.h); the backend that launches it adds the run's
+// optimizer, sparse rows and checkpoints. Each shard and each worker takes
+// its part as it is: launch_ps fills in only what the launch learns.
 struct PsOptions {
+  // The layout, and how the vector is cut and served.
   int servers = 1;  // S, dedicated layout only
   bool colocated = false;
-  Consistency consistency = Consistency::kBsp;
-  int staleness = 2;
-  int backup_workers = 0;
-  bool continue_on_failure = false;  // ps.on_worker_failure: continue  // b (bsp): each clock aggregates the first N − b pushes (ps.backup_workers)
   std::string interface = "auto";  // see ps/address.h
   bool align_shards = false;
   int64_t chunk_bytes = 1 << 20;  // pipelining unit of a push_pull (ps.chunk_bytes)
   int64_t shard_chunks = 0;       // chunks per shard, 0 = auto (ps.shard_chunks, ps/sharding.h)
-  double timeout_s = 60.0;
-  Security security = Security::kNone;  // ps.security
-  OptimizerOptions optimizer;
-  RowSpace rows;  // sparse rows (ps/sparse_rows.h); none by default
-  // Checkpoints and resume (bsp; ServerOptions, ClientOptions): the hook a
-  // shard calls with its snapshot, the snapshot a shard starts from (null:
-  // none), the workers' first clock.
-  int64_t checkpoint_every = 0;
-  std::function<void(const ShardSnapshot&)> on_checkpoint;
+  // Every shard's: ps.consistency, staleness, backup_workers,
+  // on_worker_failure, timeout, security; the optimizer, the sparse rows and
+  // the checkpoints. launch_ps adds the shard, its range and chunks, the
+  // workers, the token, its addresses and NIC, the workers' keys and the
+  // snapshot it resumes from.
+  ServerOptions server;
+  // Every worker's: ps.timeout, the sparse rows and (resumed) the first
+  // clock. launch_ps adds the worker, the token, the shards and their
+  // chunks, the NIC, the host and its key pair.
+  ClientOptions client;
+  // A resumed job: the snapshot each shard starts from (null: none).
   std::function<std::shared_ptr<const ShardSnapshot>(int shard)> resume_shard;
-  int64_t first_clock = 0;
+
+  // What servers and workers must agree on, set on both.
+  void set_timeout(double seconds) { server.timeout_s = client.timeout_s = seconds; }
+  void set_rows(const RowSpace& rows) { server.rows = client.rows = rows; }
 };
 
 // One rank's part in the job.

@@ -132,14 +132,14 @@ std::vector<int64_t> int_blob(const CheckpointFile& f, const std::string& name) 
 // shard reads it back.
 void plan_shard_checkpoints(ps::PsOptions& o, const CheckpointPlan& plan) {
   const bool saving = plan.every > 0 && !plan.run_dir.empty();
-  if ((saving || plan.resume_step >= 0) && o.consistency != ps::Consistency::kBsp)
+  if ((saving || plan.resume_step >= 0) && o.server.consistency != ps::Consistency::kBsp)
     throw ConfigError(std::string("train.checkpoint_every / --resume with --sync ps need "
                                   "ps.consistency: bsp (under ") +
-                      ps::to_string(o.consistency) +
+                      ps::to_string(o.server.consistency) +
                       " the shards' state at a step is not defined)");
   if (saving) {
-    o.checkpoint_every = plan.every;
-    o.on_checkpoint = [run_dir = plan.run_dir](const ps::ShardSnapshot& s) {
+    o.server.checkpoint_every = plan.every;
+    o.server.on_checkpoint = [run_dir = plan.run_dir](const ps::ShardSnapshot& s) {
       CheckpointFile f;
       f.set("kind", "shard");
       f.set_int("shard", s.shard);
@@ -159,7 +159,7 @@ void plan_shard_checkpoints(ps::PsOptions& o, const CheckpointPlan& plan) {
     };
   }
   if (plan.resume_step >= 0) {
-    o.first_clock = plan.resume_step;
+    o.client.first_clock = plan.resume_step;
     o.resume_shard = [plan](int shard) {
       const std::string path =
           shard_checkpoint_path(checkpoint_dir(plan.resume_dir, plan.resume_step), shard);
@@ -240,11 +240,11 @@ void check_sparse_plan(const SyncInit& init, const std::string& key) {
 
 SyncSetup make_ps_sync(SyncInit& init, std::shared_ptr<ps::PsCounters> served) {
   ps::PsOptions options = init.options.ps;
-  options.optimizer = init.optimizer;
+  options.server.optimizer = init.optimizer;
   plan_shard_checkpoints(options, init.checkpoints);
   if (init.options.ps_sparse) {
     check_sparse_plan(init, "ps.sparse");
-    options.rows = {init.sparse.floats, init.sparse.row_floats};
+    options.set_rows({init.sparse.floats, init.sparse.row_floats});
   }
   return ps_setup(init, options, init.params.size(), std::move(served));
 }
@@ -282,9 +282,9 @@ SyncSetup make_hybrid_sync(SyncInit& init) {
                       known + ")");
   }
   ps::PsOptions options = init.options.ps;
-  options.optimizer = init.optimizer;
+  options.server.optimizer = init.optimizer;
   plan_shard_checkpoints(options, init.checkpoints);
-  options.rows = {init.sparse.floats, init.sparse.row_floats};
+  options.set_rows({init.sparse.floats, init.sparse.row_floats});
   SyncSetup setup = ps_setup(init, options, init.sparse.floats, nullptr);
   if (!setup.sync) return setup;  // a dedicated server rank
   auto tables = std::unique_ptr<PsSync>(static_cast<PsSync*>(setup.sync.release()));

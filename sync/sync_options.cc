@@ -12,23 +12,24 @@ ps::PsOptions ps_options(const Config& config, const OptimizerOptions& optimizer
   ps::PsOptions o;
   o.servers = static_cast<int>(config.get_int("ps.servers"));
   o.colocated = config.get_bool("ps.colocated");
-  o.consistency = ps::parse_consistency(config.get_string("ps.consistency"));
-  o.staleness = static_cast<int>(config.get_int("ps.staleness"));
-  o.backup_workers = static_cast<int>(config.get_int("ps.backup_workers"));
-  o.continue_on_failure = config.get_string("ps.on_worker_failure") == "continue";
-  if (o.staleness < 0)
-    throw ConfigError("ps.staleness: must be >= 0, got " + std::to_string(o.staleness));
+  o.server.consistency = ps::parse_consistency(config.get_string("ps.consistency"));
+  o.server.staleness = static_cast<int>(config.get_int("ps.staleness"));
+  o.server.backup_workers = static_cast<int>(config.get_int("ps.backup_workers"));
+  o.server.continue_on_failure = config.get_string("ps.on_worker_failure") == "continue";
+  if (o.server.staleness < 0)
+    throw ConfigError("ps.staleness: must be >= 0, got " + std::to_string(o.server.staleness));
   o.interface = config.get_string("ps.interface");
   o.align_shards = config.get_bool("ps.align_shards");
   o.chunk_bytes = config.get_bytes("ps.chunk_bytes");
   o.shard_chunks = config.get_int("ps.shard_chunks");
   ps::chunk_floats_for(o.chunk_bytes, 0, o.shard_chunks);  // a ConfigError now rather than at launch
-  o.timeout_s = config.get_duration("ps.timeout");
-  if (!(o.timeout_s > 0))
-    throw ConfigError("ps.timeout: must be positive, got " + std::to_string(o.timeout_s) + " s");
-  o.security = ps::parse_security(config.get_string("ps.security"));
-  if (o.security == ps::Security::kCurve) ps::require_curve();
-  o.optimizer = optimizer;
+  const double timeout = config.get_duration("ps.timeout");
+  if (!(timeout > 0))
+    throw ConfigError("ps.timeout: must be positive, got " + std::to_string(timeout) + " s");
+  o.set_timeout(timeout);
+  o.server.security = ps::parse_security(config.get_string("ps.security"));
+  if (o.server.security == ps::Security::kCurve) ps::require_curve();
+  o.server.optimizer = optimizer;
   return o;
 }
 

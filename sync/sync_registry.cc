@@ -59,12 +59,12 @@ SyncCapabilities sync_capabilities(const SyncOptions& options) {
       drops_workers = e.drops_workers;
     }
   zero_stage(options, name);  // sync.zero's refusals, before anything is built
-  if (options.ps.continue_on_failure && !drops_workers)
+  if (options.ps.server.continue_on_failure && !drops_workers)
     throw ConfigError("ps.on_worker_failure: continue needs sync.backend ps; " + name +
                       " is an allreduce, a collective in which every rank's result waits for "
                       "every rank, so it cannot go on without a dead one (use "
                       "train.checkpoint_every and psar train --resume)");
-  if (options.ps.backup_workers != 0 && !drops_workers)
+  if (options.ps.server.backup_workers != 0 && !drops_workers)
     throw ConfigError("ps.backup_workers: sync.backend " + name +
                       " cannot spare backup workers: an allreduce is a collective in which "
                       "every rank's contribution is part of every result, so there are no "

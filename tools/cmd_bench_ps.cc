@@ -145,7 +145,7 @@ Timing measure(Comm& world, const BenchOptions& o, const ps::PsOptions& po, int6
       world,
       [&]() -> std::string {
         if (!me.server) return "";
-        echo = std::make_unique<ps::EchoServer>(me.address.bind, me.workers, po.timeout_s,
+        echo = std::make_unique<ps::EchoServer>(me.address.bind, me.workers, po.server.timeout_s,
                                                 me.address.advertise);
         return echo->endpoint();
       },
@@ -176,7 +176,7 @@ Timing measure(Comm& world, const BenchOptions& o, const ps::PsOptions& po, int6
     const int64_t chunk_floats =
         ps::plan_chunk_floats(po.chunk_bytes, po.shard_chunks, plan, me.workers);
     for (const auto& a : me.shards) layouts.push_back({a.shard, a.range, chunk_floats});
-    ps::EchoClient raw(endpoints, layouts, po.timeout_s);
+    ps::EchoClient raw(endpoints, layouts, po.client.timeout_s);
     const std::vector<float> grads(static_cast<size_t>(count), 1e-3f);
     std::vector<float> params(static_cast<size_t>(count));
     auto call = [&](int mode) {
@@ -221,18 +221,14 @@ int cmd_bench_ps(CliContext& ctx) {
   // The benchmark's optimizer is plain SGD unless --set says otherwise.
   const Config config = Config::load_string("optimizer: {momentum: 0.0, lr: 0.001}",
                                             config_schema(), ctx.overrides, "--set");
-  OptimizerOptions opt;
-  opt.type = config.get_string("optimizer.type");
-  opt.lr = static_cast<float>(config.get_float("optimizer.lr"));
-  opt.momentum = static_cast<float>(config.get_float("optimizer.momentum"));
-  opt.weight_decay = static_cast<float>(config.get_float("optimizer.weight_decay"));
+  const OptimizerOptions opt = optimizer_options(config);
   ps::PsOptions po = ps_options(config, opt);
   po.colocated = false;
-  po.consistency = ps::Consistency::kBsp;
+  po.server.consistency = ps::Consistency::kBsp;
 
   Comm& world = ctx.world();
   apply_network_model(world, config);  // net.* (off unless net.bandwidth is set)
-  world.set_timeout(po.timeout_s);
+  world.set_timeout(po.server.timeout_s);
   const int W = world.size();
   const bool root = world.rank() == 0;
   if (root) {
@@ -241,7 +237,7 @@ int cmd_bench_ps(CliContext& ctx) {
         "ps.security %s) "
         "vs raw ZeroMQ echo of the same messages (chunks of at most %s, none below %s, "
         "%s per shard)\n",
-        W, opt.type.c_str(), opt.lr, opt.momentum, ps::to_string(po.security),
+        W, opt.type.c_str(), opt.lr, opt.momentum, ps::to_string(po.server.security),
         format_bytes(po.chunk_bytes).c_str(),
         format_bytes(ps::kMinChunkBytes).c_str(),
         po.shard_chunks == ps::kAutoShardChunks
@@ -260,7 +256,7 @@ int cmd_bench_ps(CliContext& ctx) {
   // reads both; `ranks` counts the workers N (the S shards come on top).
   CsvWriter volume_csv({"algo", "ranks", "size", "count", "bytes_sent_total",
                         "bytes_sent_max_rank", "messages_sent_total"});
-  const char* ps_mode = po.security == ps::Security::kCurve ? "ps_curve" : "ps";
+  const char* ps_mode = po.server.security == ps::Security::kCurve ? "ps_curve" : "ps";
   int measured = 0;
   for (const int64_t S : o.servers) {
     if (S >= W) {

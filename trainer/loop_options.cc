@@ -58,21 +58,6 @@ LoopOptions loop_options(const Config& c) {
     throw ConfigError("train.exit_at_step and train.exit_after must be >= 0 (0 = off)");
   return o;
 }
-
-OptimizerOptions optimizer_options(const Config& c) {
-  OptimizerOptions o;
-  o.type = c.get_string("optimizer.type");
-  o.lr = static_cast<float>(c.get_float("optimizer.lr"));
-  o.momentum = static_cast<float>(c.get_float("optimizer.momentum"));
-  o.weight_decay = static_cast<float>(c.get_float("optimizer.weight_decay"));
-  o.beta1 = static_cast<float>(c.get_float("optimizer.beta1"));
-  o.beta2 = static_cast<float>(c.get_float("optimizer.beta2"));
-  o.eps = static_cast<float>(c.get_float("optimizer.eps"));
-  o.schedule = c.get_string("optimizer.schedule");
-  o.warmup_steps = c.get_int("optimizer.warmup_steps");
-  return o;
-}
-
 }  // namespace
 
 RunOptions run_options(const Config& config, int rank, int world_size) {

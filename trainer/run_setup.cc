@@ -180,7 +180,7 @@ void TrainingRun::plan_checkpoints_and_stops() {
   // The workers' control plane gives up on a dead worker after sync.timeout,
   // while the survivors are silent to the servers, which drop a worker
   // silent past ps.timeout: the first must come first.
-  const double sync_timeout = sync_options_.timeout, ps_timeout = sync_options_.ps.timeout_s;
+  const double sync_timeout = sync_options_.timeout, ps_timeout = sync_options_.ps.server.timeout_s;
   if (survives_worker_failure() && !(sync_timeout < ps_timeout))
     throw ConfigError(concat("ps.on_worker_failure: continue needs sync.timeout (", sync_timeout,
                              " s) below ps.timeout (", ps_timeout,

@@ -76,7 +76,7 @@ class TrainingRun {
   // ps.on_worker_failure: continue — the workers' control plane goes on
   // without a worker that died (sync_capabilities refuses it for any backend
   // but the parameter server).
-  bool survives_worker_failure() const { return sync_options_.ps.continue_on_failure; }
+  bool survives_worker_failure() const { return sync_options_.ps.server.continue_on_failure; }
 
   // run_sync.cc: gradient synchronization over this rank's data-parallel group.
   bool start_sync();

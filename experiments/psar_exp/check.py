@@ -162,6 +162,7 @@ FOLDERS = {
     "gloo_tcp": both(folder_script("table.py", ["data"], "table.md"),
                      folder_script("table.py", ["cluster", "--cluster"], "table_cluster.md")),
     "cluster_emulator": folder_script("table.py", ["data"], "table.md"),
+    "gpu": folder_script("table.py", ["data"], "table.md"),
 }
 
 PROVENANCE = re.compile(re.escape(runner.PROVENANCE_BEGIN) + r"\n(.*?)" +

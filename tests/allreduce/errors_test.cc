@@ -12,6 +12,7 @@
 #include "comm/inproc_comm.h"
 #include "core/errors.h"
 #include "tests/allreduce/allreduce_test_util.h"
+#include "tests/allreduce/forwarding_comm.h"
 
 namespace psar {
 namespace {
@@ -26,43 +27,18 @@ using testing::make_input;
 // A rank that crashes after posting `limit` messages: it marks itself failed
 // (as the launcher would see a dead process) and throws. Until then every
 // call is forwarded to the real communicator.
-class DyingComm final : public Comm {
+class DyingComm final : public testing::ForwardingComm {
  public:
-  DyingComm(Comm& inner, int limit) : Comm(inner.rank(), inner.size()), inner_(inner), limit_(limit) {
-    set_timeout(inner.timeout());
-  }
-  std::string transport() const override { return inner_.transport(); }
-  std::unique_ptr<Comm> split(int, int) override { throw CommError("DyingComm cannot split"); }
+  DyingComm(Comm& inner, int limit) : ForwardingComm(inner), limit_(limit) {}
 
  protected:
-  std::unique_ptr<RequestImpl> post_send(int peer, std::span<const std::byte> data, int tag,
-                                         double /*stamp: no network emulation here*/) override {
-    tick();
-    return std::make_unique<Forwarded>(inner_.isend(peer, data, tag));
-  }
-  std::unique_ptr<RequestImpl> post_recv(int peer, std::span<std::byte> data, int tag) override {
-    tick();
-    return std::make_unique<Forwarded>(inner_.irecv(peer, data, tag));
-  }
-
- private:
-  class Forwarded final : public RequestImpl {
-   public:
-    explicit Forwarded(Request r) : r_(std::move(r)) {}
-    bool test() override { return r_.test(); }
-    std::string describe() const override { return "forwarded request"; }
-
-   private:
-    Request r_;
-  };
-
-  void tick() {
+  void on_post(Post, int) override {
     if (posted_++ < limit_) return;
-    inproc_fail(inner_, rank(), "injected crash");
+    inproc_fail(inner(), rank(), "injected crash");
     throw CommError("injected crash after " + std::to_string(limit_) + " messages");
   }
 
-  Comm& inner_;
+ private:
   int limit_, posted_ = 0;
 };
 

@@ -12,6 +12,7 @@
 #include "allreduce/allreducer.h"
 #include "comm/inproc_comm.h"
 #include "tests/allreduce/allreduce_test_util.h"
+#include "tests/allreduce/forwarding_comm.h"
 
 namespace psar {
 namespace {
@@ -185,6 +186,34 @@ TEST(PairwiseExchanges, SegmentAcrossNodesOnlyWithTheSameBytesAndSum) {
     EXPECT_EQ(two_nodes.bytes_sent, one_node.bytes_sent) << name;
     EXPECT_GT(two_nodes.messages_sent, 4 * one_node.messages_sent) << name;
   }
+}
+
+// An algorithm's node map is found once per communicator (NodeMapCache):
+// over a communicator whose nodes nobody set, the first call asks every
+// rank's hostname on the control plane (one host here: every rank on node
+// 0), the next calls post nothing, a communicator of its own asks again, and
+// an algorithm that reads no nodes never asks.
+TEST(NodeMapCache, AsksForTheHostnamesOncePerCommunicator) {
+  struct Posts final : testing::ForwardingComm {
+    using ForwardingComm::ForwardingComm;
+    void on_post(Post, int) override { ++posted; }
+    int posted = 0;
+  };
+  constexpr int kRanks = 3;
+  run_inproc(kRanks, [](Comm& world) {
+    Posts a(world), b(world);
+    NodeMapCache tree(find_allreducer("tree"), "tree allreduce");
+    EXPECT_EQ(tree.get(a), std::vector<int>(kRanks, 0));
+    const int asked = a.posted;
+    EXPECT_GT(asked, 0);
+    EXPECT_EQ(tree.get(a), std::vector<int>(kRanks, 0));
+    EXPECT_EQ(a.posted, asked);
+    EXPECT_EQ(tree.get(b), std::vector<int>(kRanks, 0));
+    EXPECT_EQ(b.posted, asked);
+    NodeMapCache ring(find_allreducer("ring"), "ring allreduce");
+    EXPECT_TRUE(ring.get(a).empty());
+    EXPECT_EQ(a.posted, asked);
+  });
 }
 
 }  // namespace

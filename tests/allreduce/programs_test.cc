@@ -9,15 +9,20 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+
 #include "core/errors.h"
 
 #include "allreduce/algorithms.h"
 #include "allreduce/allreducer.h"
 #include "allreduce/collectives.h"
 #include "allreduce/engine.h"
+#include "allreduce/heap_tree.h"
 #include "allreduce/program.h"
 #include "comm/inproc_comm.h"
 #include "tests/allreduce/allreduce_test_util.h"
+#include "tests/allreduce/forwarding_comm.h"
 
 namespace psar {
 namespace {
@@ -123,6 +128,104 @@ TEST(TreeProgram, AcrossHostsItIsPacedAndStillSumsLikeTheReference) {
             << "N = " << n << ", count " << count;
         for (int r = 1; r < n; ++r) EXPECT_TRUE(testing::same_bits(out[static_cast<size_t>(r)], out[0]));
       }
+}
+
+// Counts, per rank of one world, the sends posted and not yet received: a
+// send adds one to its sender's count when it is posted, and its receive takes
+// one off when it completes, so the count is never below the sends truly in
+// flight; each rank keeps its peak. Everything else goes to the real
+// communicator.
+struct SendsInFlight {
+  explicit SendsInFlight(int ranks) : now(static_cast<size_t>(ranks)), peak(static_cast<size_t>(ranks)) {}
+  std::vector<std::atomic<int>> now;
+  std::vector<int> peak;  // written by its rank's thread only
+};
+
+class CountingComm final : public testing::ForwardingComm {
+ public:
+  CountingComm(Comm& inner, SendsInFlight& count) : ForwardingComm(inner), count_(count) {}
+
+ protected:
+  void on_post(Post post, int) override {
+    if (post != Post::kSend) return;
+    const auto me = static_cast<size_t>(rank());
+    count_.peak[me] = std::max(count_.peak[me], ++count_.now[me]);
+  }
+  void on_received(int peer) override { --count_.now[static_cast<size_t>(peer)]; }
+
+ private:
+  SendsInFlight& count_;
+};
+
+// Pacing bounds the sends in flight. A leaf of the tree at depth d sends
+// segment j up in round (D-d)+j and receives segment i of the sum in round
+// D+d-1+i (the program's rounds, read below). Paced, its send of round u is
+// posted only while its next receive is at round u - kLead or later; that
+// receive (segment i) comes after the root has summed segments 0..i-1, so
+// its parent has received the leaf's first i segments: at most
+// (D+d-1+kLead) - (D-d) + 1 = 2d + kLead of its sends are ever unreceived,
+// whatever the segment count S. Unpaced, a leaf's sends need nothing it
+// receives and all S leave at once. Checked on a running world (every
+// leaf's peak), and on a leaf whose world never answers: paced it posts
+// exactly its bound and stops; with the same program unpaced it posts all S.
+TEST(TreeProgram, APacedLeafHasNoMoreSendsInFlightThanItsLeadAllows) {
+  for (int n : {4, 7}) {
+    ProgramShape s = shape_of(n, 48 * 1024);  // S = 48 segments of 4 KiB
+    for (int r = 0; r < n; ++r) s.node.push_back(r);  // a host per rank: paced
+    const Program paced = tree_program(s);
+    ASSERT_TRUE(paced.paced);
+    const int64_t segments = s.segments(s.count);
+    const EngineOptions options{.segment_bytes = s.segment_bytes, .tag = 79};
+    const HeapTree tree{n, 0};
+    // Each leaf's bound, from its first send's and first receive's rounds.
+    std::vector<int> bound(static_cast<size_t>(n), -1);
+    for (int r = 0; r < n; ++r) {
+      if (tree.child(r, 0) >= 0) continue;
+      const auto& steps = paced.steps[static_cast<size_t>(r)];
+      const auto first = [&](StepKind kind) {
+        return std::find_if(steps.begin(), steps.end(), [&](const Step& t) { return t.kind == kind; })
+            ->round;
+      };
+      bound[static_cast<size_t>(r)] = first(StepKind::kRecv) + Engine::kLead - first(StepKind::kSend) + 1;
+      ASSERT_EQ(bound[static_cast<size_t>(r)], 2 * tree.depth(r) + Engine::kLead) << "rank " << r;
+      ASSERT_LT(bound[static_cast<size_t>(r)], segments);  // so the bound says something
+    }
+
+    SendsInFlight running(n);
+    std::vector<std::vector<float>> out(static_cast<size_t>(n));
+    run_inproc(n, [&](Comm& world) {
+      CountingComm comm(world, running);
+      Engine engine;
+      engine.plan(paced, comm.rank(), options);
+      auto data = testing::make_input(6, comm.rank(), s.count);
+      engine.run(comm, data);
+      out[static_cast<size_t>(comm.rank())] = std::move(data);
+    });
+    EXPECT_EQ(testing::count_wrong(out[0], 6, n), 0) << "N = " << n;
+    for (int r = 0; r < n; ++r)
+      if (bound[static_cast<size_t>(r)] >= 0)
+        EXPECT_LE(running.peak[static_cast<size_t>(r)], bound[static_cast<size_t>(r)])
+            << "N = " << n << ", leaf " << r;
+
+    const Program unpaced = [&] {
+      Program p = paced;
+      p.paced = false;
+      return p;
+    }();
+    const int leaf = n - 1;  // the deepest
+    for (const Program* p : {&paced, &unpaced}) {
+      auto world = make_inproc_world(n, {.timeout_s = 0.05});
+      SendsInFlight stalled(n);
+      CountingComm comm(*world[static_cast<size_t>(leaf)], stalled);
+      Engine engine;
+      engine.plan(*p, leaf, options);
+      auto data = testing::make_input(6, leaf, s.count);
+      EXPECT_THROW(engine.run(comm, data), TimeoutError);  // the sum never comes
+      EXPECT_EQ(stalled.peak[static_cast<size_t>(leaf)],
+                p->paced ? bound[static_cast<size_t>(leaf)] : segments)
+          << "N = " << n << (p->paced ? ", paced" : ", unpaced");
+    }
+  }
 }
 
 std::vector<Shape> shapes() {

@@ -82,8 +82,8 @@ void check_ps_endpoint(Comm& world, const std::vector<ps::HostInfo>& hosts,
   for (const auto& i : hosts[0].interfaces)
     if (net.contains(i.address)) server_address = ps::format_ipv4(i.address);
   ps::PsOptions options;  // the defaults: interface auto, one dedicated server
-  options.optimizer.lr = 1.0f;
-  options.timeout_s = 20;
+  options.server.optimizer.lr = 1.0f;
+  options.set_timeout(20);
   constexpr size_t kFloats = 1000;
   const std::vector<float> zeros(kFloats, 0.0f);
   ps::PsRank me = ps::launch_ps(world, options, zeros);

@@ -39,14 +39,6 @@ Config config(const std::string& base = "") {
   return Config::load_string(base, config_schema(), all);
 }
 
-OptimizerOptions optimizer_of(const Config& c) {
-  OptimizerOptions o;
-  o.type = c.get_string("optimizer.type");
-  o.lr = static_cast<float>(c.get_float("optimizer.lr"));
-  o.momentum = static_cast<float>(c.get_float("optimizer.momentum"));
-  return o;
-}
-
 TEST(PsUnderMpi, MatchesMpiAllreduceAfterFiftyStepsWithExactByteCounts) {
   constexpr int64_t kSteps = 50;
   const Config cfg = config();
@@ -57,7 +49,7 @@ TEST(PsUnderMpi, MatchesMpiAllreduceAfterFiftyStepsWithExactByteCounts) {
   store.add("b2", {301}, Init::zeros());
   store.finalize(5);
   const int64_t M = store.size();
-  const OptimizerOptions opt = optimizer_of(cfg);
+  const OptimizerOptions opt = optimizer_options(cfg);
   SyncInit init{world(), sync_options(cfg), store, opt};
   auto served = std::make_shared<ps::PsCounters>();
   SyncSetup setup = make_ps_sync(init, served);
@@ -120,7 +112,7 @@ TEST(PsUnderMpi, CurveRefusesStrangersAndTrainsBitwiseAsWithoutThem) {
   if (cfg.get_string("ps.security") != "curve") GTEST_SKIP() << "needs --set ps.security=curve";
   constexpr int64_t kSteps = 20, M = 3001;
   constexpr double kReplyWait = 1.0;
-  const ps::PsOptions po = ps_options(cfg, optimizer_of(cfg));
+  const ps::PsOptions po = ps_options(cfg, optimizer_options(cfg));
   const std::vector<float> initial = ps::testing::initial_params(M);
   struct Outcome {
     std::vector<float> params;

@@ -265,8 +265,8 @@ TEST_P(Launch, BootstrapsServersAndWorkersThatTrainLikeTheReference) {
     PsOptions o;
     o.servers = servers;
     o.colocated = colocated;
-    o.optimizer = testing::sgd();
-    o.timeout_s = 20;
+    o.server.optimizer = testing::sgd();
+    o.set_timeout(20);
     PsRank me = launch_ps(world, o, init);
     EXPECT_EQ(me.workers, workers);
     EXPECT_EQ(me.shards.size(), static_cast<size_t>(colocated ? ranks : servers));

@@ -25,9 +25,9 @@ results/zero/ (--reference) or runs/zero/:
                    compute_s: the median over steps after the first two of
                    the slowest rank's)
   step3: the same for ZeRO-0 and stage 3 without and with prefetch
-    (steps3.csv), and stage 3's α-β prediction (prediction.csv: net,N,
-    comm_s,first_s, the collectives' times from `psar cost` at the emulated
-    α and β)
+    (steps3.csv), and stage 3's collectives at the emulated α and β
+    (prediction.csv: net,N,collectives,collectives_s,balanced_s,
+    allreduce_s; see prediction())
   machine_<part>.md: the load before and after and the steal time
   report: tables.md from the CSVs above (no runs)
 
@@ -161,52 +161,227 @@ def layer_floats():
     return [(m["vocab"] + m["seq_len"]) * d] + [12 * d * d + 13 * d] * m["layers"] + [2 * d]
 
 
+SEGMENT_BYTES = 512 * 1024  # the ring's segments (AllreduceOptions::segment_bytes, zero.yaml's)
+
+
+def range_segment(floats, n):
+    """The segment size of a layer's or a bucket's ring (LayerGather::
+    collectives_for): at most an even chunk of the range, 4·⌈floats/N⌉ bytes."""
+    return min(SEGMENT_BYTES, max(4, 4 * -(-floats // n)))
+
+
+def owners_chunks(begin, end, psi, n):
+    """The ring's chunks of arena floats [begin, end) as stage 3 and stage 2
+    cut them: at the owners' boundaries of Partition{Ψ, N} (LayerGather's
+    owners_split), so a layer inside one rank's piece is one chunk."""
+    out, at = [], 0
+    for r in range(n):
+        p = piece(psi, n, r)
+        out.append(max(0, min(end, at + p) - max(begin, at)))
+        at += p
+    return out
+
+
+def ring_pass(chunks, start, alpha, beta, nic, reduce, segment=SEGMENT_BYTES, o=0.0):
+    """One ring reduce-scatter (reduce) or all-gather of `chunks` (floats per
+    rank's chunk) by the emulated network's rules (comm/netem.h) and the
+    ring's program (allreduce/ring_pass.cc): rank r enters at start[r]; at
+    step s it sends chunk (r − s − lag) to r + 1 (lag 1 for the
+    reduce-scatter), in segments of `segment` bytes (a chunk of b bytes in
+    ⌈b/segment⌉ equal ones, allreduce/engine.cc), each as soon as it has
+    arrived (the pipelining); a message of b bytes leaves its egress at
+    max(ready, egress free) and takes b·β there, and is delivered at
+    max(egress end + α, the receiver's ingress free + b·β). nic: per rank
+    [egress free, ingress free], updated. o: host time added to each
+    arrival (0 in the model). Returns when each rank is done."""
+    n = len(chunks)
+    lag = 1 if reduce else 0
+    segs = [max(1, -(-4 * c // segment)) for c in chunks]
+    have = [dict() for _ in range(n)]  # have[r][c]: the arrivals of chunk c's segments at r
+    done = list(start)
+    for s in range(n - 1):
+        arrived = []
+        for r in range(n):
+            c = (r - s - lag) % n
+            size = 4 * chunks[c] / segs[c]
+            ready = [start[r]] * segs[c] if s == 0 else have[r][c]
+            dst = (r + 1) % n
+            times = []
+            for t in ready:
+                nic[r][0] = max(t, nic[r][0]) + size * beta
+                nic[dst][1] = max(nic[r][0] + alpha, nic[dst][1] + size * beta)
+                times.append(max(nic[dst][1], start[dst]) + o)
+            done[r] = max(done[r], nic[r][0])
+            arrived.append((dst, c, times))
+        for dst, c, times in arrived:
+            have[dst][c] = times
+            done[dst] = max(done[dst], times[-1])
+    return done
+
+
+def gpt_calls(nl):
+    """The calls the zero.yaml GPT makes on LayerGather in a step (one
+    micro-batch; layers 0 the embeddings, 1..nl−2 the blocks, nl−1 the final
+    layer norm; the head reads the tied embedding): (call, layer) with call
+    need, needb (need_backward), done, ready or a compute phase
+    ("f"|"b", layer, what: "layer"|"head")."""
+    ln = nl - 1
+    out = []
+    for l in range(nl):
+        out += [("need", l), ("f", l, "layer"), ("done", l)]
+    out += [("need", 0), ("f", 0, "head"), ("done", 0)]
+    out += [("needb", ln), ("needb", 0), ("b", 0, "head"), ("ready", ln), ("done", ln),
+            ("done", 0)]
+    for l in range(ln - 1, 0, -1):
+        out += [("needb", l), ("b", l, "layer"), ("ready", l), ("done", l)]
+    out += [("needb", 0), ("b", 0, "layer"), ("ready", 0), ("done", 0)]
+    return out
+
+
+def stage3_model(layers, n, alpha, beta, compute, prefetch):
+    """Stage 3's step by the α-β model of the emulated network, from first
+    principles: the GPT's calls (gpt_calls) on LayerGather's rules
+    (sync/layer_gather.h) — a layer gathered when asked for and, with
+    prefetch, the next one (l ± 1) queued on the communication thread, which
+    runs the collectives one after another; without it each on the caller's
+    thread at once — each collective a ring_pass over the owners' chunks,
+    and compute (ZeRO-0's measured compute of the step, one third forward,
+    two thirds backward, each layer's share its parameters', the embeddings'
+    lookup and the final layer norm free, the head's its embedding's)
+    between them on every rank.
+    Returns (the step: the last rank's end, the collectives per step)."""
+    psi, nl = sum(layers), len(layers)
+    at = [sum(layers[:i]) for i in range(nl)]
+    chunks = [owners_chunks(at[i], at[i] + layers[i], psi, n) for i in range(nl)]
+    # Matmul work ∝ parameters: the blocks' and the head's (the embedding's
+    # size); the embeddings' lookup and the final layer norm next to none.
+    weights = [(1 if c[0] == "f" else 2) * (layers[0] if c[2] == "head" else
+                                           layers[c[1]] if 0 < c[1] < nl - 1 else 0)
+               for c in gpt_calls(nl) if c[0] in ("f", "b")]
+    unit = compute / sum(weights)
+    main, comm = [0.0] * n, [0.0] * n
+    nic = [[0.0, 0.0] for _ in range(n)]
+    ops, ends = [], []
+    state, users, by = ["free"] * nl, [0] * nl, {}
+
+    def run(i):
+        kind, l, queued = ops[i]
+        start = [max(c, q) for c, q in zip(comm, queued)] if prefetch else list(queued)
+        comm[:] = ring_pass(chunks[l], start, alpha, beta, nic, reduce=kind == "R",
+                            segment=range_segment(layers[l], n))
+        ends.append(list(comm))
+
+    def queue(kind, l):
+        ops.append((kind, l, list(main)))
+        if not prefetch:
+            run(len(ops) - 1)
+            main[:] = ends[-1]
+        return len(ops) - 1
+
+    def acquire(l, direction):
+        if state[l] == "free":
+            by[l], state[l] = queue("G", l), "queued"
+        nxt = l + direction
+        if prefetch and 0 <= nxt < nl and state[nxt] == "free":
+            by[nxt], state[nxt] = queue("G", nxt), "queued"
+        while len(ends) <= by[l]:
+            run(len(ends))
+        main[:] = [max(m, e) for m, e in zip(main, ends[by[l]])]
+        users[l] += 1
+
+    k = 0
+    for c in gpt_calls(nl):
+        if c[0] == "need":
+            acquire(c[1], +1)
+        elif c[0] == "needb":
+            acquire(c[1], -1)
+        elif c[0] == "done":
+            users[c[1]] -= 1
+            if users[c[1]] == 0:
+                state[c[1]] = "free"
+        elif c[0] == "ready":
+            queue("R", c[1])
+        else:
+            main[:] = [m + weights[k] * unit for m in main]
+            k += 1
+    while len(ends) < len(ops):
+        run(len(ends))
+    return max(main + comm), len(ops)
+
+
+def layer_buckets(layers, capacity_floats):
+    """Stage 2's buckets of whole layers (sync/buckets.h, plan_buckets with
+    whole_tensors): the layers in backward order, a layer that does not fit
+    starting the next bucket. Arena ranges in launch order."""
+    at = [sum(layers[:i]) for i in range(len(layers))]
+    out = []
+    for i in reversed(range(len(layers))):
+        lo, hi = at[i], at[i] + layers[i]
+        if out and out[-1][1] - lo <= capacity_floats:
+            out[-1] = (lo, out[-1][1])
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def stage2_reduce_scatters(net, n):
+    """Stage 2's reduce-scatters of the step parts (WHOLE_MODEL_BUCKET and
+    OVERLAP_BUCKET) by the emulated network's model, each alone from a
+    standing start: ([the one bucket's], [each of the overlap's buckets']),
+    seconds. A bucket of part of the arena is cut at the owners' boundaries,
+    so its non-empty chunks are whole pieces and it takes as long as the
+    whole model's."""
+    layers = layer_floats()
+    psi = sum(layers)
+
+    def times(bucket_bytes):
+        return [max(ring_pass(owners_chunks(lo, hi, psi, n), [0.0] * n, LATENCY_S,
+                              1 / BANDWIDTH[net], [[0.0, 0.0] for _ in range(n)], reduce=True,
+                              segment=range_segment(hi - lo, n)))
+                for lo, hi in layer_buckets(layers, bucket_bytes // 4)]
+    return times(int(WHOLE_MODEL_BUCKET.split("=")[1][:-1]) << 20), \
+        times(int(OVERLAP_BUCKET.split("=")[1][:-1]) << 20)
+
+
+def stage2_table():
+    out = []
+    for net, _ in NETS:
+        for n in STEP_RANKS:
+            one, two = stage2_reduce_scatters(net, n)
+            out.append([net, str(n), " + ".join(f"{1e3 * t:.1f}" for t in one),
+                        " + ".join(f"{1e3 * t:.1f}" for t in two)])
+    return md_table(["net", "N", f"one bucket ({WHOLE_MODEL_BUCKET}) ms",
+                     f"the overlap's buckets ({OVERLAP_BUCKET}) ms, in launch order"], out)
+
+
 def prediction(psar):
-    """Stage 3's collectives per step at the emulated α and β: each layer
-    all-gathered for the forward and the backward and reduce-scattered once,
-    the embeddings twice more (the tied head); a ring reduce-scatter or
-    all-gather is half the ring allreduce of `psar cost` (allreduce/sharded.h),
-    a chain of N − 1 hops. first_s: the first layer's gather, which nothing
-    hides. hops: the ring hops of all of them, one after another on each rank
-    (20·(N − 1) for the zero.yaml GPT); allreduce_s: ZeRO-0's one ring
-    allreduce of Ψ (2(N − 1) hops), from which step_table takes the host's
-    own time per hop."""
+    """Stage 3's collectives per step at the emulated α and β, without
+    compute: collectives_s by stage3_model (the owners' chunks, one after
+    another), balanced_s the same collectives were every layer cut in N
+    equal chunks (half the ring allreduce of `psar cost` each,
+    allreduce/sharded.h) — the difference is the layout's; allreduce_s
+    ZeRO-0's one ring allreduce of Ψ."""
     layers = layer_floats()
     rows = []
     for net, _ in NETS:
+        alpha, beta = LATENCY_S, 1 / BANDWIDTH[net]
         for n in STEP_RANKS:
             table = costs.query([n], sorted({4 * x for x in layers} | {4 * sum(layers)}),
-                                algos=["ring"], alpha=LATENCY_S, beta=1 / BANDWIDTH[net],
-                                psar=psar)
-            half = {x: table.time("ring", n, 4 * x, LATENCY_S, 1 / BANDWIDTH[net]) / 2
-                    for x in layers}
-            comm = sum(3 * half[x] for x in layers) + 2 * half[layers[0]]
-            whole = table.time("ring", n, 4 * sum(layers), LATENCY_S, 1 / BANDWIDTH[net])
-            rows.append({"net": net, "N": n, "comm_s": f"{comm:.6f}",
-                         "first_s": f"{half[layers[0]]:.6f}",
-                         "hops": (3 * len(layers) + 2) * (n - 1),
-                         "allreduce_s": f"{whole:.6f}"})
+                                algos=["ring"], alpha=alpha, beta=beta, psar=psar)
+            half = {x: table.time("ring", n, 4 * x, alpha, beta) / 2 for x in layers}
+            collectives, count = stage3_model(layers, n, alpha, beta, 0.0, prefetch=False)
+            rows.append({"net": net, "N": n, "collectives": count,
+                         "collectives_s": f"{collectives:.6f}",
+                         "balanced_s": f"{sum(3 * half[x] for x in layers) + 2 * half[layers[0]]:.6f}",
+                         "allreduce_s": f"{table.time('ring', n, 4 * sum(layers), alpha, beta):.6f}"})
     return rows
 
 
-def stage3_prediction(variant, n, pred, zero0_step, zero0_compute):
-    """Stage 3's step by the α-β model (pred: a prediction() row): ZeRO-0's
-    measured compute c0 plus the collectives — all exposed without
-    prefetch; with it all but the first gather hidden under the compute as
-    far as it reaches: first + max(c0, comm − first). Each hop costs the
-    emulated α and its bytes' β plus o, the host's own time per hop (the
-    processes' wake-ups and copies), taken from ZeRO-0 of the same runs:
-    its sync time (step − compute) less its α-β allreduce, over its
-    2(N − 1) hops. Returns (pure α-β, with o)."""
-    c0 = zero0_compute
-    comm, first = float(pred["comm_s"]), float(pred["first_s"])
-    out = []
-    for o in (0.0, max(0.0, (zero0_step - c0 - float(pred.get("allreduce_s") or 0))
-                       / (2 * (n - 1))) if pred.get("hops") else 0.0):
-        cm = comm + int(pred.get("hops") or 0) * o
-        fi = first + (n - 1) * o
-        out.append(c0 + cm if variant == "zero3" else fi + max(c0, cm - fi))
-    return out
+def stage3_prediction(variant, net, n, zero0_compute):
+    """Stage 3's step (zero3 or zero3_prefetch) by stage3_model at the
+    emulated network of `net` and ZeRO-0's measured compute."""
+    return stage3_model(layer_floats(), n, LATENCY_S, 1 / BANDWIDTH[net], zero0_compute,
+                        prefetch=variant == "zero3_prefetch")[0]
 
 
 def piece(psi, n, r):
@@ -334,23 +509,19 @@ def step_table(rows, predicted=()):
                    if r["net"] == net and int(r["N"]) == n and r["variant"] == variant)
         model = ""
         target = ""
-        host = ""
         if variant.startswith("zero3") and (net, n) in pred and (net, n, "zero0") in comp:
-            p, ph = stage3_prediction(variant, n, pred[(net, n)], plain,
-                                      statistics.median(comp[(net, n, "zero0")]))
+            p = stage3_prediction(variant, net, n, statistics.median(comp[(net, n, "zero0")]))
             model = f"{1e3 * p:.1f} ({m / p:.2f}×)"
-            host = f"{1e3 * ph:.1f} ({m / ph:.2f}×)" if "hops" in pred[(net, n)] else ""
             if variant == "zero3_prefetch":
-                ok = m / plain <= 1.5 and abs(m / (ph or p) - 1) <= 0.15
+                ok = m / plain <= 1.5 and abs(m / p - 1) <= 0.15
                 target = "met" if ok else "**missed**"
         elif variant in ("zero1", "zero2", "zero2_overlap"):
             target = "met" if m / plain <= 1.05 else "**missed**"
         out.append([net, str(n), variant, f"{1e3 * m:.1f}", str(len(xs)),
                     f"{m / base:.3f}" if variant != base_name else "",
-                    f"{m / plain:.3f}", model, host, target, f"{sent / 1e6:.3f}"])
+                    f"{m / plain:.3f}", model, target, f"{sent / 1e6:.3f}"])
     return md_table(["net", "N", "variant", "step ms (median of reps)", "reps",
-                     "÷ same-overlap ZeRO-0", "÷ ZeRO-0", "α-β prediction ms (measured ÷ it)",
-                     "with the host's time per hop ms (measured ÷ it)", "target",
+                     "÷ same-overlap ZeRO-0", "÷ ZeRO-0", "α-β prediction ms (measured ÷ it)", "target",
                      "dp MB sent (max rank)"], out)
 
 
@@ -390,18 +561,24 @@ def tables(folder):
                   f"over the repetitions), ring, net.latency {LATENCY}. The variants' "
                   "settings: " + "; ".join(f"{v} `{' '.join(VARIANTS[v])}`"
                                            for v in STEP_PARTS["step"][0]) +
-                  ". Target: stage 1 and 2 ≤ 1.05× ZeRO-0.\n\n", step_table(read_csv(st))]
+                  ". Target: stage 1 and 2 ≤ 1.05× ZeRO-0.\n\n", step_table(read_csv(st)),
+                  "\nStage 2's reduce-scatters by the emulated network's model "
+                  "(stage2_reduce_scatters: the ring over the owners' chunks, in segments, "
+                  "each alone): a bucket of part of the arena is cut into fewer, whole "
+                  "pieces, so each of the overlap's buckets takes most of the time of the "
+                  "one bucket of the whole model, and only the first can hide under the "
+                  "backward.\n\n", stage2_table()]
     if os.path.exists(st3):
         parts += ["\n## Stage 3 step time (steps3.csv)\n\n"
                   "As above, ZeRO-0 and stage 3 without and with prefetch taking turns. "
                   "Target: stage 3 with prefetch ≤ 1.5× ZeRO-0 and within 15 % of its α-β "
-                  "prediction (ZeRO-0's measured compute, and the collectives of "
-                  "prediction.csv — 20 ring collectives per step, each a chain of N − 1 "
-                  "hops: all exposed without prefetch; with it all but the first "
-                  "gather hidden under the compute as far as it reaches). The model's "
-                  "second column adds the host's own time per hop, taken from ZeRO-0's "
-                  "sync time in the same runs (stage3_prediction); the target is judged "
-                  "on it.\n\n",
+                  "prediction (stage3_model: the emulated network's rules, the ring's "
+                  "program over the layers' chunks as stage 3 cuts them — at the owners' "
+                  "boundaries of the flat arena, so a block inside one rank's piece is one "
+                  "chunk that streams around the ring in segments — and ZeRO-0's measured "
+                  "compute between the GPT's calls; prediction.csv gives the step's 20 "
+                  "collectives alone by that model, `collectives_s`, beside the same "
+                  "collectives were each layer cut evenly, `balanced_s`).\n\n",
                   step_table(read_csv(st3), read_csv(pred) if os.path.exists(pred) else [])]
     return "".join(p if p.endswith("\n") else p + "\n" for p in parts)
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "core/errors.h"
 
@@ -76,6 +77,61 @@ std::vector<double> run_groups(const Network& net, const std::vector<GroupRun>& 
   for (const auto& clocks : ready)
     done.push_back(clocks.empty() ? 0 : *std::max_element(clocks.begin(), clocks.end()));
   return done;
+}
+
+std::vector<double> share_links(const std::vector<Flow>& flows, int links) {
+  const size_t n = flows.size();
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return flows[a].start < flows[b].start; });
+  std::vector<double> left(n), end(n, 0.0);  // alone-seconds of work left
+  std::vector<int> on(static_cast<size_t>(links), 0);  // active flows per link
+  std::vector<size_t> active;
+  std::vector<double> slow;  // [active] the bottleneck's flow count
+  std::vector<size_t> still;
+  const double inf = std::numeric_limits<double>::infinity();
+  double now = 0;
+  size_t next = 0;
+  while (next < n || !active.empty()) {
+    slow.assign(active.size(), 1.0);
+    double done_at = inf;
+    for (size_t a = 0; a < active.size(); ++a) {
+      for (int l : flows[active[a]].links)
+        slow[a] = std::max(slow[a], static_cast<double>(on[static_cast<size_t>(l)]));
+      done_at = std::min(done_at, now + left[active[a]] * slow[a]);
+    }
+    const double arrive_at = next < n ? flows[order[next]].start : inf;
+    const double t = std::min(done_at, arrive_at);
+    still.clear();
+    for (size_t a = 0; a < active.size(); ++a) {
+      const size_t k = active[a];
+      if (now + left[k] * slow[a] <= t) {  // done at its own completion time
+        end[k] = now + left[k] * slow[a];
+        for (int l : flows[k].links) --on[static_cast<size_t>(l)];
+      } else {
+        left[k] -= (t - now) / slow[a];
+        still.push_back(k);
+      }
+    }
+    std::swap(active, still);
+    now = std::max(now, t);
+    for (; next < n && flows[order[next]].start <= now; ++next) {
+      const size_t k = order[next];
+      PSAR_CHECK(flows[k].alone >= 0, "share_links: flow ", k, " takes ", flows[k].alone, " s");
+      left[k] = flows[k].alone;
+      if (left[k] == 0) {
+        end[k] = flows[k].start;
+        continue;
+      }
+      for (int l : flows[k].links) {
+        PSAR_CHECK(0 <= l && l < links, "share_links: flow ", k, " on link ", l, " of ", links);
+        ++on[static_cast<size_t>(l)];
+      }
+      active.push_back(k);
+    }
+  }
+  return end;
 }
 
 }  // namespace psar::sim

@@ -45,4 +45,19 @@ struct CollectiveOptions {
 std::vector<double> run_groups(const Network& net, const std::vector<GroupRun>& groups,
                                const CollectiveOptions& options = {});
 
+// Flows that overlap in time and share links (the pipeline's transfers,
+// sim/step.cc): flow k starts at `start` and alone would take `alone`
+// seconds. Processor sharing: while n flows are active on a link, each
+// moves at 1/n of its own speed there, and a flow at the slowest share of
+// its links (its bottleneck), so two equal flows started together on one
+// ingress both end at 2·alone, and a flow joined halfway through by an
+// equal one ends at 1.5·alone, the joiner at 2·alone. Flows on disjoint
+// links keep their alone times. Returns each flow's end, in input order.
+struct Flow {
+  double start = 0;
+  double alone = 0;
+  std::vector<int> links;  // link ids (Network's), each at most once
+};
+std::vector<double> share_links(const std::vector<Flow>& flows, int links);
+
 }  // namespace psar::sim

@@ -1,6 +1,8 @@
 #include "sim/step.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <map>
 #include <numeric>
 
@@ -10,6 +12,7 @@
 #include "core/errors.h"
 #include "modelpar/grid.h"
 #include "modelpar/pp/generators.h"
+#include "modelpar/pp/p2p.h"
 #include "modelpar/pp/partition.h"
 #include "modelpar/pp/simulate.h"
 #include "sim/collective.h"
@@ -56,6 +59,12 @@ Program ps_program(int workers, std::span<const ps::KeyRange> shards, int64_t ch
 }
 
 namespace {
+
+// The pipeline's transfers and its replay are iterated to a fixed point
+// (replay_with_contention) at most this many times, until no stage's end
+// moves by more than this share of the makespan.
+constexpr int kContentionRounds = 4;
+constexpr double kContentionTolerance = 1e-6;
 
 // One step on the cluster, told in the order it happens: the TP all-reduce
 // every block pays, each action's price, the stage-to-stage transfers, the
@@ -324,16 +333,7 @@ class StepSimulation {
     stage_end_.assign(at(p_), 0.0);
     out_.stages.assign(at(p_), {});
     for (int i = 0; i < replicas; ++i) {
-      const pp::Prediction pr = pp::simulate_costs(
-          schedule_,
-          [&](int stage, const pp::Action& a) {
-            const Cost c = cost(stage, a);
-            return c.compute + c.tp;
-          },
-          [&](const pp::Transfer& tr) {
-            const double wire = wire_seconds(tr.from_stage, tr.to_stage)[static_cast<size_t>(i)];
-            return pp::TransferTime{wire + gather_s_, s_.blocking_p2p ? wire : 0.0};
-          });
+      const pp::Prediction pr = replay_with_contention(i);
       for (int st = 0; st < p_; ++st) {
         const auto& spans = pr.spans[at(st)];
         stage_end_[at(st)] = std::max(stage_end_[at(st)], spans.empty() ? 0.0 : spans.back().end);
@@ -345,6 +345,147 @@ class StepSimulation {
       out_.stages[at(st)].params = stage_params(s_, st);
       out_.stages[at(st)].end_s = stage_end_[at(st)];
     }
+  }
+
+  // Replica i's pipeline with its transfers sharing links in time: a
+  // stage's NIC carries every transfer that is on the wire while it is —
+  // an activation from the stage before and a gradient from the stage
+  // after arriving at once share its ingress, two sends its egress — as
+  // processor sharing (share_links) from each transfer's alone time
+  // (wire_seconds). With blocking sends on the interleaved schedule a
+  // forward followed by a backward sends its activation with that
+  // backward's gradient, as Megatron's steady state batches them
+  // (send_forward_backward_recv_forward_backward): the activation leaves
+  // when the backward ends, and the two share the stage's egress. The
+  // transfers' times and the replay depend on each other: replayed until no
+  // transfer's time moves (kContentionRounds at most), starting from the
+  // alone times.
+  pp::Prediction replay_with_contention(int i) {
+    const auto alone = [&](const pp::Transfer& tr) {
+      return wire_seconds(tr.from_stage, tr.to_stage)[static_cast<size_t>(i)];
+    };
+    const bool batched = s_.blocking_p2p && s_.schedule == "interleaved";
+    const size_t tags = 2 * static_cast<size_t>(schedule_.virtual_stages()) *
+                        static_cast<size_t>(s_.microbatches);
+    std::vector<double> took, defer(tags, 0.0);  // [tag] seconds on the wire, before it; empty: alone
+    std::vector<double> ends_before;             // [stage] its last action's end, the round before
+    pp::Prediction pr;
+    for (int round = 0; round < kContentionRounds; ++round) {
+      pr = pp::simulate_costs(
+          schedule_,
+          [&](int stage, const pp::Action& a) {
+            const Cost c = cost(stage, a);
+            return c.compute + c.tp;
+          },
+          [&](const pp::Transfer& tr) {
+            const auto tag = static_cast<size_t>(tr.tag);
+            const double wire = took.empty() ? alone(tr) : took[tag];
+            return pp::TransferTime{defer[tag] + wire + gather_s_,
+                                    s_.blocking_p2p && defer[tag] == 0 ? wire : 0.0};
+          });
+      // Settled when no stage's end moved since the last round (the step
+      // reads nothing else of the pipeline), though a transfer hidden
+      // behind compute may still swing between two times; the rounds after
+      // the first two (the deferrals need a replay to be known) move each
+      // time halfway, which damps such swings.
+      std::vector<double> end(at(p_), 0.0);
+      for (int st = 0; st < p_; ++st)
+        if (!pr.spans[at(st)].empty()) end[at(st)] = pr.spans[at(st)].back().end;
+      bool settled = !ends_before.empty();
+      for (int st = 0; st < p_ && settled; ++st)
+        settled = std::abs(end[at(st)] - ends_before[at(st)]) <= kContentionTolerance * pr.makespan;
+      if (settled) break;
+      ends_before = std::move(end);
+      std::vector<Flow> flows;
+      std::vector<size_t> flow_tag;
+      std::vector<std::array<int, 3>> flow_hop;  // [flow] (replica, from, to)
+      std::vector<double> next_defer(tags, 0.0);
+      for (int st = 0; st < p_; ++st) {
+        const auto& spans = pr.spans[at(st)];
+        // A steady state (a backward followed by a forward): without one the
+        // stage only warms up and cools down, each send on its own.
+        bool steady = false;
+        for (size_t k = 0; k + 1 < spans.size(); ++k)
+          steady = steady || (spans[k].action.op != pp::Op::kForward &&
+                              spans[k + 1].action.op == pp::Op::kForward);
+        for (size_t k = 0; k < spans.size(); ++k) {
+          const auto tr = pp::output_of(schedule_, st, spans[k].action);
+          if (!tr || tr->local()) continue;
+          const auto tag = static_cast<size_t>(tr->tag);
+          if (batched && steady && spans[k].action.op == pp::Op::kForward &&
+              k + 1 < spans.size() && spans[k + 1].action.op != pp::Op::kForward)
+            next_defer[tag] = spans[k + 1].end - spans[k].end;
+          hop_links(i, tr->from_stage, tr->to_stage);  // interns its ports
+          flows.push_back({spans[k].end + next_defer[tag], alone(*tr), {}});
+          flow_hop.push_back({i, tr->from_stage, tr->to_stage});
+          flow_tag.push_back(tag);
+        }
+      }
+      // Every hop's links are interned by now: count per port if they may.
+      for (size_t k = 0; k < flows.size(); ++k)
+        for (int x : ports_disjoint_ ? hop_ports_.at(flow_hop[k]) : hop_links_.at(flow_hop[k]))
+          if (x >= 0) flows[k].links.push_back(x);
+      const std::vector<double> ends = share_links(
+          flows, ports_disjoint_ ? static_cast<int>(port_ids_.size()) : net_.links());
+      std::vector<double> next(tags, 0.0);
+      const double keep = round < 2 ? 0.0 : 0.5;
+      bool moved = false;
+      for (size_t k = 0; k < flows.size(); ++k) {
+        const size_t tag = flow_tag[k];
+        const double before = took.empty() ? flows[k].alone : took[tag];
+        const double now = ends[k] - flows[k].start;
+        next[tag] = keep * before + (1 - keep) * now;
+        moved = moved || std::abs(now - before) > 1e-9 * before ||
+                std::abs(next_defer[tag] - defer[tag]) > 1e-9 * (1 + defer[tag]);
+      }
+      took = std::move(next);
+      defer = std::move(next_defer);
+      if (!moved) break;
+    }
+    return pr;
+  }
+
+  // The links one transfer of replica i from stage `from` to `to` crosses:
+  // each TP rank's egress and ingress (its NIC, or its switch link on one
+  // node). share_links runs on ports instead where it can: the set of
+  // egress links of a hop and the set of its ingress links, each interned
+  // once; when no link belongs to two different ports (every GPU of a
+  // stage on its own NIC, or a node's stages on one NIC) counting flows per
+  // port is counting them per link, with two ports a flow instead of 2t
+  // links.
+  const std::vector<int>& hop_links(int i, int from, int to) {
+    auto [it, fresh] = hop_links_.try_emplace({i, from, to});
+    if (!fresh) return it->second;
+    std::vector<int> egress, ingress;
+    for (int j = 0; j < t_; ++j) {
+      const Network::Path path = net_.path(gpu(j, i, from), gpu(j, i, to));
+      if (path.egress >= 0) egress.push_back(path.egress);
+      if (path.ingress >= 0) ingress.push_back(path.ingress);
+    }
+    std::vector<int>& links = it->second;
+    for (std::vector<int>* side : {&egress, &ingress}) {
+      std::sort(side->begin(), side->end());
+      side->erase(std::unique(side->begin(), side->end()), side->end());
+      links.insert(links.end(), side->begin(), side->end());
+      hop_ports_[{i, from, to}].push_back(port_of(*side));
+    }
+    return links;
+  }
+
+  // The port id of a set of links (sorted); marks ports_disjoint_ false
+  // when one of its links already belongs to another port.
+  int port_of(const std::vector<int>& links) {
+    if (links.empty()) return -1;
+    auto [it, fresh] = port_ids_.try_emplace(links, static_cast<int>(port_ids_.size()));
+    if (fresh) {
+      link_port_.resize(static_cast<size_t>(net_.links()), -1);
+      for (int l : links) {
+        int& owner = link_port_[static_cast<size_t>(l)];
+        if (owner != -1) ports_disjoint_ = false;
+        owner = it->second;
+      }
+    }
+    return it->second;
   }
 
   void record_replica0(const pp::Prediction& pr) {
@@ -620,6 +761,11 @@ class StepSimulation {
   Program hop_;          // one activation from a stage's TP group to the next's
   Program tied_;         // the tied embedding's all-reduce between two stages
   std::map<std::pair<int, int>, std::vector<double>> transfers_;  // (from, to) -> [replica] s
+  std::map<std::array<int, 3>, std::vector<int>> hop_links_;      // (replica, from, to) -> links
+  std::map<std::array<int, 3>, std::vector<int>> hop_ports_;      // -> its egress, ingress port
+  std::map<std::vector<int>, int> port_ids_;                      // a set of links -> its port
+  std::vector<int> link_port_;                                    // [link] its port, -1: none
+  bool ports_disjoint_ = true;                                    // no link in two ports
   std::vector<double> stage_end_;                                 // [stage] its last action ends
   std::vector<std::vector<pp::ActionSpan>> spans0_;               // replica 0's, per stage
   std::map<std::pair<int64_t, std::vector<int>>, Program> sync_programs_;

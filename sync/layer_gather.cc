@@ -13,8 +13,6 @@ namespace psar {
 using psar::detail::concat;
 
 namespace {
-constexpr double kPollSleep = 20e-6;
-
 template <class T>
 void free_vector(std::vector<T>& v) {
   std::vector<T>().swap(v);
@@ -42,7 +40,7 @@ LayerGather::LayerGather(Comm& group, ParamStore& store, std::vector<Range> laye
     s.range = range;
     s.split = owners_split(range);
     if (options_.params_sharded)
-      s.pair = make_sharded_collectives(options_.algorithm, options_.collectives);
+      s.pair = collectives_for(range);
     s.deferred = std::any_of(deferred.begin(), deferred.end(), [&](const Range& d) {
       return d.first < range.second && range.first < d.second;
     });
@@ -65,7 +63,7 @@ LayerGather::LayerGather(Comm& group, ParamStore& store, std::vector<Range> laye
     Bucket b;
     b.range = range;
     b.split = owners_split(range);
-    b.pair = make_sharded_collectives(options_.algorithm, options_.collectives);
+    b.pair = collectives_for(range);
     for (Slot& s : slots_) {
       if (s.range.first < range.first || s.range.second > range.second) continue;
       s.bucket = buckets_.size();
@@ -76,11 +74,22 @@ LayerGather::LayerGather(Comm& group, ParamStore& store, std::vector<Range> laye
     buckets_.push_back(std::move(b));
   }
   if (!options_.params_sharded) grad_shard_.resize(static_cast<size_t>(own_.second - own_.first));
-  if (options_.prefetch) {
-    // The thread shares the cores with the compute: its waits sleep rather than spin.
-    group_.set_poll_sleep(kPollSleep);
-    thread_ = std::thread([this] { loop(); });
-  }
+  // The thread waits as the transport does (MPI: spinning, yielding the
+  // core when the host is oversubscribed), not in sleeps between tests: a
+  // ring hop goes on only when its rank is running again, and a woken
+  // sleeper waits for a core behind the ranks that compute.
+  if (options_.prefetch) thread_ = std::thread([this] { loop(); });
+}
+
+std::unique_ptr<ShardedCollectives> LayerGather::collectives_for(Range range) const {
+  // A range inside few owners' pieces is a ring of few non-empty chunks: it
+  // streams them in segments no larger than an even chunk of the range, so
+  // that a chunk of one owner passes the ring in N pieces, not whole hop by
+  // hop (docs/zero.md, "What a layer's collective costs in this layout").
+  AllreduceOptions options = options_.collectives;
+  const int64_t even = (range.second - range.first + group_.size() - 1) / group_.size();
+  options.segment_bytes = std::min(options.segment_bytes, std::max<int64_t>(4, 4 * even));
+  return make_sharded_collectives(options_.algorithm, options);
 }
 
 std::vector<int64_t> LayerGather::owners_split(Range range) const {

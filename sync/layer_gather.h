@@ -7,7 +7,9 @@
 // Layout: the flat arena of Ψ floats cut by Partition{Ψ, N} as in stage 1
 // — rank r owns piece r, whatever the layers — so a layer's collectives
 // are split at the owners' boundaries inside it (ProgramShape::split) and
-// the optimizer state and checkpoints are stage 1's.
+// the optimizer state and checkpoints are stage 1's. A layer inside one
+// owner's piece is then one chunk: its ring passes it in segments of an
+// even chunk of the layer (collectives_for), so that it streams.
 //
 // Stage 3 (FSDP's FULL_SHARD, `params_sharded`): the parameters themselves
 // sharded. Between steps a rank holds its piece of the parameters and of
@@ -45,7 +47,8 @@
 // queues the gather of the layer read next (l + 1 in the forward, l − 1 in
 // the backward), so that it crosses the wire while l computes. A prefetched
 // layer no one asked for by the step's end is freed. Without it every
-// collective runs on the caller's thread at once.
+// collective runs on the caller's thread at once. The thread waits for its
+// messages as the transport does (Comm::poll_sleep left as it is).
 //
 // Traffic per step and rank (ring, pieces P_r, one micro-batch): stage 3
 // gathers each layer once for its forward and once for its backward,
@@ -166,6 +169,9 @@ class LayerGather final : public pp::ParamGate, public pp::GradientSink {
   void submit(Task task, std::unique_lock<std::mutex>& lock);
   void run(Task task);  // the collective, off the lock
   std::vector<int64_t> owners_split(Range range) const;
+  // The pair for a layer's or a bucket's collectives: segments of at most
+  // an even chunk of the range (4·⌈(end − begin)/N⌉ bytes).
+  std::unique_ptr<ShardedCollectives> collectives_for(Range range) const;
   void gradient_buffer(Bucket& b);  // under mu_
   void gather(Slot& s);
   void reduce(Bucket& b);

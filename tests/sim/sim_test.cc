@@ -342,6 +342,61 @@ TEST(Contention, TwoEqualFlowsOnOneNicTakeTwiceAsLong) {
   for (double t : run_groups(own, two)) EXPECT_NEAR(t, kAlpha + bytes / kBandwidth, 1e-15);
 }
 
+// Flows sharing links in time (share_links, processor sharing): two equal
+// flows started together on one link both end at 2W; one joined halfway
+// by an equal one ends at W/2 + (W/2)·2 = 1.5W, the joiner at 2W (W/2
+// shared, W/2 alone); a flow on other links keeps W; a flow shares at its
+// busiest link (three on link 0, one of them also on link 1 with one other:
+// it moves at 1/3); a flow of no time ends where it starts.
+TEST(Contention, FlowsOverlappingInTimeShareTheirLinks) {
+  const double w = 2.0;
+  {
+    const std::vector<double> e = share_links({{0, w, {0}}, {0, w, {0}}, {0, w, {1}}}, 2);
+    EXPECT_NEAR(e[0], 2 * w, 1e-12);
+    EXPECT_NEAR(e[1], 2 * w, 1e-12);
+    EXPECT_NEAR(e[2], w, 1e-12);
+  }
+  {
+    const std::vector<double> e = share_links({{0, w, {0, 1}}, {w / 2, w, {1, 2}}}, 3);
+    EXPECT_NEAR(e[0], 1.5 * w, 1e-12);
+    EXPECT_NEAR(e[1], 2 * w, 1e-12);
+  }
+  {
+    // Flows 0-2 on link 0 from t = 0, flow 0 also on link 1 with flow 3:
+    // flows 0-2 move at 1/3 (link 0 holds three), flow 3 at 1/2 (link 1
+    // holds two) and ends at 2W; flows 0-2 then have W − 2W/3 = W/3 left,
+    // still three on link 0: they end at 3W.
+    const std::vector<double> e =
+        share_links({{0, w, {0, 1}}, {0, w, {0}}, {0, w, {0}}, {0, w, {1}}}, 2);
+    EXPECT_NEAR(e[3], 2 * w, 1e-12);
+    for (int k = 0; k < 3; ++k) EXPECT_NEAR(e[static_cast<size_t>(k)], 3 * w, 1e-12) << k;
+  }
+  EXPECT_NEAR(share_links({{5, 0, {0}}}, 1)[0], 5.0, 1e-15);
+}
+
+// The pipeline's transfers share the links they overlap on: GPipe on two
+// stages with free compute and posted sends puts all m activations on
+// stage 0's NIC at t = 0, so they arrive together at m·W (W = α + b·s·h·D/B
+// alone), and the m gradients leave stage 1 together and arrive at 2m·W:
+// the step takes 2m·W where transfers priced alone gave 2W.
+TEST(Contention, ConcurrentPipelineTransfersShareTheStagesNics) {
+  for (int m : {1, 2, 4}) {
+    StepSpec s;
+    s.model = {2, 4096, 4, 32, 1};
+    s.pp = 2;
+    s.microbatches = m;
+    s.batch = m;
+    s.schedule = "gpipe";
+    s.vstage_layers = pp::partition_layers(2, 2, 1);
+    ClusterSpec c = uniform(2);
+    c.gpu.peak_flops = 1e30;  // free compute: only the wire is timed
+    const double wire = kAlpha + 32.0 * 4096 * 2 / kBandwidth;
+    const StepResult r = simulate_step(c, s);
+    EXPECT_NEAR(r.transfer_s, wire, 1e-12);
+    EXPECT_NEAR(r.pipeline_s, 2 * m * wire, 1e-9 * r.pipeline_s) << m;
+  }
+}
+
 // A pipeline with free communication and a negligible head (vocab 1).
 StepSpec pipeline(const std::string& kind, int p, int m, int v) {
   StepSpec s;
@@ -374,6 +429,23 @@ TEST(Bubble, OneFOneBAndInterleavedGiveTheirClosedForms) {
             << p << " " << m << " " << v;
       }
     }
+}
+
+// Megatron's batched steady-state exchange (blocking sends on the
+// interleaved schedule): a steady forward's activation leaves only when the
+// backward after it ends. Megatron's deeper warm-up, 2(p − r − 1) + (v − 1)p
+// forwards, exists to absorb that wait, so on a free network the bubble is
+// still (p − 1)/(v·m).
+TEST(Bubble, TheBatchedExchangesLateActivationsCostNoBubble) {
+  for (int p : {2, 4})
+    for (int m : {2 * p, 4 * p})
+      for (int v : {2, 4}) {
+        StepSpec s = pipeline("interleaved", p, m, v);
+        s.blocking_p2p = true;
+        const StepResult r = simulate_step(free_network(p), s);
+        EXPECT_NEAR(r.bubble_fraction, static_cast<double>(p - 1) / (v * m), 1e-3)
+            << p << " " << m << " " << v;
+      }
 }
 
 // simulate.blocking_p2p: each stage waits for its send. On two stages of

@@ -14,10 +14,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <mutex>
 #include <unistd.h>
 
+#include "allreduce/allreducer.h"
 #include "allreduce/partition.h"
 #include "comm/inproc_comm.h"
 #include "core/ops.h"
@@ -25,6 +27,9 @@
 #include "tests/trainer/three_d_fixture.h"
 #include "tests/trainer/train_fixture.h"
 #include "core/checkpoint.h"
+#include "core/optim.h"
+#include "core/param_store.h"
+#include "sync/layer_gather.h"
 #include "trainer/trainer.h"
 
 namespace psar {
@@ -337,6 +342,90 @@ TEST_F(ZeroFiles, StateIsTheFormsToTheByte) {
       }
     }
   }
+}
+
+// Stage 3 driven by hand on 3 ranks, two layers of ones (5 and 4 floats,
+// pieces of 3 that cut the first layer at the owners' boundaries), SGD at
+// lr 0.5, gradients 2(r + 1) and r + 1: the step's parameters are the
+// closed form 1 − 0.5·mean_r(g) exactly (−1 and 0). The prefetch thread
+// leaves the group's waits to the transport (Comm::poll_sleep stays 0).
+TEST(LayerGatherPrefetch, StepsTheClosedFormAndWaitsAsTheTransportDoes) {
+  run_inproc(3, [](Comm& c) {
+    ParamStore store;
+    store.add("a", Shape{5}, Init::ones());
+    store.add("b", Shape{4}, Init::ones());
+    store.finalize(1);
+    OptimizerOptions sgd;
+    sgd.lr = 0.5f;
+    const Partition pieces{store.size(), c.size()};
+    auto optimizer = make_optimizer(sgd, pieces.size(c.rank()));
+    LayerGather gather(c, store, {{0, 5}, {5, 9}}, {}, *optimizer,
+                       LayerGatherOptions{"ring", AllreduceOptions{}, /*prefetch=*/true,
+                                          /*params_sharded=*/true, 1});
+    EXPECT_EQ(c.poll_sleep(), 0.0);
+    gather.begin_step();
+    EXPECT_FALSE(store.has_arenas());
+    for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, 5}, {5, 9}}) {
+      gather.need(0, begin, end);
+      for (float v : store.param(begin == 0 ? 0 : 1).span()) EXPECT_EQ(v, 1.0f);
+      gather.done(0, begin, end);
+    }
+    const float g = static_cast<float>(c.rank() + 1);
+    for (const auto& [index, begin, end] : {std::tuple<int, int64_t, int64_t>{1, 5, 9}, {0, 0, 5}}) {
+      gather.need_backward(0, begin, end);
+      for (float& v : store.grad(index).span()) v = index == 0 ? 2 * g : g;
+      gather.ready(0, begin, end);
+      gather.done(0, begin, end);
+    }
+    EXPECT_EQ(gather.finish_step(), pieces.size(c.rank()));
+    gather.gather_all();
+    const auto p = store.params();
+    EXPECT_EQ(std::vector<float>(p.begin(), p.end()),
+              std::vector<float>({-1, -1, -1, -1, -1, 0, 0, 0, 0}));
+  });
+}
+
+// Layers of 20000 floats on 3 ranks: the first is one owner's 13334 floats
+// and another's 6666, so its ring streams the large chunk in segments of an
+// even chunk (LayerGather::collectives_for), above the eager pieces. The
+// step equals ZeRO-0's to the bit: the ring allreduce of the whole
+// gradient, divided by N, stepped by SGD (each element summed in the same
+// ring order, however the chunks are cut into segments).
+TEST(LayerGatherPrefetch, SegmentedLayersStepAsZero0Bitwise) {
+  run_inproc(3, [](Comm& c) {
+    constexpr int64_t kLayer = 20000;
+    ParamStore store;
+    store.add("a", Shape{kLayer}, Init::zeros());
+    store.add("b", Shape{kLayer}, Init::zeros());
+    store.finalize(1);
+    std::vector<float> grads(2 * kLayer);
+    for (size_t i = 0; i < grads.size(); ++i)
+      grads[i] = std::sin(0.37f * static_cast<float>(i) + static_cast<float>(c.rank())) *
+                 static_cast<float>(1 + c.rank());
+    OptimizerOptions sgd;
+    sgd.lr = 0.5f;
+    std::vector<float> expected = grads;
+    make_allreducer("ring", AllreduceOptions{})->allreduce(c, expected);
+    for (float& v : expected) v = -sgd.lr * (v * (1.0f / 3.0f));
+    const Partition pieces{store.size(), c.size()};
+    auto optimizer = make_optimizer(sgd, pieces.size(c.rank()));
+    LayerGather gather(c, store, {{0, kLayer}, {kLayer, 2 * kLayer}}, {}, *optimizer,
+                       LayerGatherOptions{"ring", AllreduceOptions{}, /*prefetch=*/true,
+                                          /*params_sharded=*/true, 1});
+    gather.begin_step();
+    for (const int index : {1, 0}) {
+      const int64_t begin = index * kLayer;
+      gather.need_backward(0, begin, begin + kLayer);
+      auto g = store.grad(index).span();
+      std::copy(grads.begin() + begin, grads.begin() + begin + kLayer, g.begin());
+      gather.ready(0, begin, begin + kLayer);
+      gather.done(0, begin, begin + kLayer);
+    }
+    gather.finish_step();
+    gather.gather_all();
+    const auto p = store.params();
+    EXPECT_EQ(std::vector<float>(p.begin(), p.end()), expected);
+  });
 }
 
 // hierarchical on two nodes of two ranks (net.node_size): its reduce-scatter

@@ -124,10 +124,10 @@ FOLDERS = {
     "tp": script("tp_report"),
     "simulate": partly(both(script("sim_validation"),
                             within("published", script("simulate_published"))), (
-        "only validation.* and published/: megatron_table1.md, llama3.md, qualitative.md, "
-        "scale.md and README.md come from experiments/simulate_tables.py, which calibrates by running psar simulate for "
-        "minutes and whose simulator-time columns are wall-clock measurements; plan_*.md from psar "
-        "plan")),
+        "only validation.* and published/: megatron_table1.md, qualitative.md, scale.md and "
+        "README.md come from experiments/simulate_tables.py, which calibrates by running psar "
+        "simulate for minutes and whose simulator-time columns are wall-clock measurements; "
+        "llama3.md from its --llama part; plan_*.md from psar plan")),
     "ps_vs_allreduce": script("ps_vs_allreduce"),
     "overlap": both(script("overlap"), within("ps_vs_allreduce_overlap", script("ps_vs_allreduce"))),
     "pp_measured": script("pp_report"),

@@ -22,7 +22,6 @@ scripts/build.sh's stamps); then table.md is written again.
 report: table.md from data/ alone (python3 -m psar_exp check holds it).
 """
 
-import csv
 import glob
 import os
 import re
@@ -95,17 +94,12 @@ def measure(args):
     report(args)
 
 
-def rows(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
-
-
 def load(d, prefix, a, b):
     """(np, side, algo, size) -> [us] from PREFIX_{a,b}_npN_repK.csv."""
     times = {}
     for path in glob.glob(os.path.join(d, f"{prefix}_*_np*_rep*.csv")):
         side, np_ = re.search(rf"{prefix}_({a}|{b})_np(\d+)_rep", path).groups()
-        for r in rows(path):
+        for r in read_csv(path):
             times.setdefault((int(np_), side, r["algo"], int(r["size"])), []).append(float(r["time_us"]))
     return times
 
@@ -124,7 +118,7 @@ def table(folder):
           f"{' or '.join(map(str, runs))} runs of each "
           "binary (each run: median over rounds of the max over ranks), runs alternating. "
           "Machine state before each run: machine.txt. Commands: README.md.\n")
-    out.append("| np | algorithm | size | old µs | new µs | old/new | ≥ 0.97 | old/new of the fastest runs |")
+    out.append(f"| np | algorithm | size | old µs | new µs | old/new | ≥ {TARGET} | old/new of the fastest runs |")
     out.append("|---|---|---|---|---|---|---|---|")
     ratios, fastest = {}, {}  # (np, algo) -> [old/new per size]
     for key in sorted(k for k in times if k[1] == "old"):
@@ -137,20 +131,20 @@ def table(folder):
         ratios.setdefault((np_, algo), []).append(ratio)
         fastest.setdefault((np_, algo), []).append(best)
         out.append(f"| {np_} | {algo} | {size} | {o:.1f} | {n:.1f} | {ratio:.3f} | "
-              f"{'yes' if ratio >= 0.97 else 'no'} | {best:.3f} |")
+              f"{'yes' if ratio >= TARGET else 'no'} | {best:.3f} |")
     out.append("\nold/new per algorithm and np over the sizes (of the medians; last column: of "
           "each binary's fastest run, the one least disturbed by the host):\n")
-    out.append("| np | algorithm | min | median | max | sizes ≥ 0.97 | fastest runs: sizes ≥ 0.97 |")
+    out.append(f"| np | algorithm | min | median | max | sizes ≥ {TARGET} | fastest runs: sizes ≥ {TARGET} |")
     out.append("|---|---|---|---|---|---|---|")
     for (np_, algo), rs in sorted(ratios.items()):
         fs = fastest[(np_, algo)]
         out.append(f"| {np_} | {algo} | {min(rs):.3f} | {statistics.median(rs):.3f} | {max(rs):.3f} | "
-              f"{sum(r >= 0.97 for r in rs)} of {len(rs)} | {sum(r >= 0.97 for r in fs)} of {len(fs)} |")
+              f"{sum(r >= TARGET for r in rs)} of {len(rs)} | {sum(r >= TARGET for r in fs)} of {len(fs)} |")
     every = [r for rs in ratios.values() for r in rs]
     if every:
         best = [r for rs in fastest.values() for r in rs]
-        out.append(f"\nAll cells: {sum(r >= 0.97 for r in every)} of {len(every)} at ≥ 0.97 "
-              f"(medians); {sum(r >= 0.97 for r in best)} of {len(best)} (fastest runs, from "
+        out.append(f"\nAll cells: {sum(r >= TARGET for r in every)} of {len(every)} at ≥ {TARGET} "
+              f"(medians); {sum(r >= TARGET for r in best)} of {len(best)} (fastest runs, from "
               f"{min(best):.3f} to {max(best):.3f}).")
     aa = load(d, "aa", "a", "b")
     if aa:
@@ -184,12 +178,12 @@ def table(folder):
         b = os.path.join(d, f"dtype_bf16_np{np_}.csv")
         if not (os.path.exists(f) and os.path.exists(b)):
             continue
-        tf = {(r["algo"], int(r["size"])): float(r["time_us"]) for r in rows(f)}
-        tb = {(r["algo"], int(r["size"])): float(r["time_us"]) for r in rows(b)}
+        tf = {(r["algo"], int(r["size"])): float(r["time_us"]) for r in read_csv(f)}
+        tb = {(r["algo"], int(r["size"])): float(r["time_us"]) for r in read_csv(b)}
         vf = {(r["algo"], int(r["size"])): int(r["bytes_sent_max_rank"])
-              for r in rows(os.path.join(d, f"dtype_fp32_np{np_}_volume.csv"))}
+              for r in read_csv(os.path.join(d, f"dtype_fp32_np{np_}_volume.csv"))}
         vb = {(r["algo"], int(r["size"])): int(r["bytes_sent_max_rank"])
-              for r in rows(os.path.join(d, f"dtype_bf16_np{np_}_volume.csv"))}
+              for r in read_csv(os.path.join(d, f"dtype_bf16_np{np_}_volume.csv"))}
         for key in sorted(tf):
             if key not in tb:
                 continue

@@ -124,9 +124,11 @@ int regions_inside_nodes(Program& p, const ProgramShape& shape, int M, int L, in
 // all-gather (every piece back). Returns the rounds it took.
 int columns_across_nodes(Program& p, const ProgramShape& shape, int M, int L, int round,
                          bool reduce) {
+  std::vector<std::vector<int64_t>> layouts;  // [column]
+  for (int j = 0; j < L; ++j) layouts.push_back(column_layout(shape, M, L, j));
   int took = 0;
   for (int j = 0; j < L; ++j) {
-    const std::vector<int64_t> at = column_layout(shape, M, L, j);
+    const std::vector<int64_t>& at = layouts[static_cast<size_t>(j)];
     p.workspace = std::max(p.workspace, at.back());
     ProgramShape inter = shape;
     inter.ranks = M;
@@ -138,7 +140,7 @@ int columns_across_nodes(Program& p, const ProgramShape& shape, int M, int L, in
   }
   for (int r = 0; r < shape.ranks; ++r) {
     const int k = r / L, j = r % L;
-    const std::vector<int64_t> at = column_layout(shape, M, L, j);
+    const std::vector<int64_t>& at = layouts[static_cast<size_t>(j)];
     for (int q = 0; q < M; ++q) {
       const int owner = q * L + j;
       const int64_t piece = shape.piece_offset(owner), n = shape.piece_size(owner);
@@ -150,9 +152,7 @@ int columns_across_nodes(Program& p, const ProgramShape& shape, int M, int L, in
   }
   return took + 2;
 }
-}  // namespace
 
-namespace {
 // The reduce-scatter (reduce) or the all-gather of the pair.
 Program two_levels(const ProgramShape& shape, bool reduce) {
   const char* what = reduce ? "reduce-scatter" : "all-gather";

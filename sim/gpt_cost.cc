@@ -47,6 +47,14 @@ GemmSeconds sum(const GpuSpec& gpu, std::initializer_list<Gemm> gemms, bool flas
   return out;
 }
 
+// FLOP/s of one GEMM family: the GPU model's measured rate for the shape and
+// layout where it has a table, else peak · gemm_efficiency · waves.
+double math_rate(const GpuSpec& gpu, GemmLayout layout, double batch, int64_t rows, int64_t cols,
+                 int64_t inner) {
+  if (gpu.gemm_table) return gpu.gemm_table->flops_per_s(layout, batch, rows, cols, inner);
+  return gpu.peak_flops * gpu.gemm_efficiency * gemm_wave_efficiency(gpu, batch, rows, cols);
+}
+
 }  // namespace
 
 double gemm_seconds(const GpuSpec& gpu, double batch, int64_t rows, int64_t cols, int64_t inner,
@@ -54,11 +62,7 @@ double gemm_seconds(const GpuSpec& gpu, double batch, int64_t rows, int64_t cols
   const double r = static_cast<double>(rows), c = static_cast<double>(cols),
                k = static_cast<double>(inner);
   const double compute =
-      gpu.gemm_table
-          ? 2.0 * batch * r * c * k / gpu.gemm_table->flops_per_s(layout, batch, rows, cols, inner)
-          : 2.0 * batch * r * c * k /
-                (gpu.peak_flops * gpu.gemm_efficiency *
-                 gemm_wave_efficiency(gpu, batch, rows, cols));
+      2.0 * batch * r * c * k / math_rate(gpu, layout, batch, rows, cols, inner);
   if (gpu.memory_bandwidth <= 0) return compute;
   const double bytes = kGemmOperandBytes * batch * (r * k + k * c + r * c);
   return std::max(compute, bytes / gpu.memory_bandwidth);
@@ -104,16 +108,9 @@ GemmSeconds head_gemm_seconds(const GptShape& g, int64_t b, int t, const GpuSpec
   const int64_t tokens = b * g.seq, cols = (g.vocab + t - 1) / t;
   const double flops = 2.0 * static_cast<double>(tokens) * static_cast<double>(g.hidden) *
                        static_cast<double>(g.vocab) / t;
-  if (gpu.gemm_table) {
-    const GemmTable& table = *gpu.gemm_table;
-    return {flops / table.flops_per_s(GemmLayout::kNN, 1, tokens, cols, g.hidden),
-            flops / table.flops_per_s(GemmLayout::kNT, 1, tokens, g.hidden, cols),
-            flops / table.flops_per_s(GemmLayout::kTN, 1, g.hidden, cols, tokens)};
-  }
-  const double rate = gpu.peak_flops * gpu.gemm_efficiency;
-  return {flops / (rate * gemm_wave_efficiency(gpu, 1, tokens, cols)),
-          flops / (rate * gemm_wave_efficiency(gpu, 1, tokens, g.hidden)),
-          flops / (rate * gemm_wave_efficiency(gpu, 1, g.hidden, cols))};
+  return {flops / math_rate(gpu, GemmLayout::kNN, 1, tokens, cols, g.hidden),
+          flops / math_rate(gpu, GemmLayout::kNT, 1, tokens, g.hidden, cols),
+          flops / math_rate(gpu, GemmLayout::kTN, 1, g.hidden, cols, tokens)};
 }
 
 double attention_core_memory_bytes(const GptShape& g, int64_t b, int t, int dtype, bool flash) {

@@ -44,6 +44,7 @@ import statistics
 
 from psar_exp import ROOT, costs, runner
 from psar_exp.io import md_table, read_csv, write_csv, write_text
+from psar_exp.units import parse_bytes
 
 YAML = os.path.join(ROOT, "experiments", "zero.yaml")
 NETS = [("1gbit", "1Gbit"), ("10gbit", "10Gbit")]
@@ -339,8 +340,8 @@ def stage2_reduce_scatters(net, n):
                               1 / BANDWIDTH[net], [[0.0, 0.0] for _ in range(n)], reduce=True,
                               segment=range_segment(hi - lo, n)))
                 for lo, hi in layer_buckets(layers, bucket_bytes // 4)]
-    return times(int(WHOLE_MODEL_BUCKET.split("=")[1][:-1]) << 20), \
-        times(int(OVERLAP_BUCKET.split("=")[1][:-1]) << 20)
+    return times(parse_bytes(WHOLE_MODEL_BUCKET.split("=")[1])), \
+        times(parse_bytes(OVERLAP_BUCKET.split("=")[1]))
 
 
 def stage2_table():

@@ -145,14 +145,11 @@ def main():
     jobs = [(s, l) for s in model_shapes() for l in ("NN", "NT", "TN")]
     jobs += [(s, "NN") for s in attention_shapes()]
     jobs += [(s, l) for s in grid_shapes() for l in ("NN", "NT", "TN")]
-    seen = set()
+    jobs = list(dict.fromkeys(jobs))  # each GEMM once, in the order above
     done = 0
     with open(args.csv, "w") as w:
         w.write("gpu,dtype,layout,batch,m,n,k,ms,tflops\n")
         for (batch, m, n, k), layout in jobs:
-            if (batch, m, n, k, layout) in seen:
-                continue
-            seen.add((batch, m, n, k, layout))
             if time.time() - start > args.deadline:
                 print(f"gemm_sweep: deadline reached after {done} of {len(jobs)} GEMMs", flush=True)
                 break

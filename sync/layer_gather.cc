@@ -38,9 +38,6 @@ LayerGather::LayerGather(Comm& group, ParamStore& store, std::vector<Range> laye
     at = range.second;
     Slot s;
     s.range = range;
-    s.split = owners_split(range);
-    if (options_.params_sharded)
-      s.pair = collectives_for(range);
     s.deferred = std::any_of(deferred.begin(), deferred.end(), [&](const Range& d) {
       return d.first < range.second && range.first < d.second;
     });
@@ -73,6 +70,12 @@ LayerGather::LayerGather(Comm& group, ParamStore& store, std::vector<Range> laye
     b.pending = b.layers;
     buckets_.push_back(std::move(b));
   }
+  // Stage 3's buckets are its layers: a layer's gathers run on its bucket's
+  // pair and owners' split.
+  if (options_.params_sharded)
+    for (const Slot& s : slots_)
+      PSAR_CHECK(buckets_[s.bucket].range == s.range, "stage 3: layer [", s.range.first, ", ",
+                 s.range.second, ") is not a bucket of its own");
   if (!options_.params_sharded) grad_shard_.resize(static_cast<size_t>(own_.second - own_.first));
   // The thread waits as the transport does (MPI: spinning, yielding the
   // core when the host is oversubscribed), not in sleeps between tests: a
@@ -274,7 +277,8 @@ void LayerGather::gather(Slot& s) {
   if (hi > lo)
     std::copy(piece_.begin() + (lo - own_.first), piece_.begin() + (hi - own_.first),
               s.params.begin() + (lo - s.range.first));
-  s.pair->all_gather(group_, s.params, s.split);
+  const Bucket& b = buckets_[s.bucket];
+  b.pair->all_gather(group_, s.params, b.split);
   std::lock_guard<std::mutex> lock(mu_);
   s.state = State::kGathered;
   cv_.notify_all();

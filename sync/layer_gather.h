@@ -147,10 +147,8 @@ class LayerGather final : public pp::ParamGate, public pp::GradientSink {
     int layers = 0, pending = 0;  // its layers / those not final yet this step
     bool deferred = false;
   };
-  struct Slot {  // a layer
+  struct Slot {  // a layer; stage 3 gathers it with its bucket's pair and split
     Range range;
-    std::vector<int64_t> split;
-    std::unique_ptr<ShardedCollectives> pair;  // stage 3's gathers
     std::vector<float> params;
     size_t bucket = 0;
     State state = State::kFree;

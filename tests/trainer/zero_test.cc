@@ -190,8 +190,9 @@ TEST_F(ZeroFiles, BytesOnTheWireAreTheReduceScatterAndAllGatherForms) {
         const int r = static_cast<int>(field(row, "rank"));
         EXPECT_EQ(field(row, "dp_bytes_sent"), ring_zero_bytes(kMlpParams, n, r))
             << "stage " << stage << " N " << n << " rank " << r;
-        if (kMlpParams % n == 0)
+        if (kMlpParams % n == 0) {
           EXPECT_EQ(field(row, "dp_bytes_sent"), 4 * 2 * (n - 1) * kMlpParams / n);
+        }
       }
     }
   }
@@ -245,8 +246,9 @@ TEST_F(ZeroFiles, Stage3BytesOnTheWireAreTwoAllGathersAndAReduceScatter) {
         const int r = static_cast<int>(field(row, "rank"));
         EXPECT_EQ(field(row, "dp_bytes_sent"), ring_zero3_bytes(kMlpParams, n, r))
             << "prefetch " << prefetch << " N " << n << " rank " << r;
-        if (kMlpParams % n == 0)
+        if (kMlpParams % n == 0) {
           EXPECT_EQ(field(row, "dp_bytes_sent"), 4 * 3 * (n - 1) * kMlpParams / n);
+        }
       }
     }
   }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace psar {
 
@@ -25,6 +26,17 @@ struct Partition {
     return base + (i < extra ? 1 : 0);
   }
   int64_t largest() const { return size(0); }
+
+  // The pieces' boundaries inside [lo, hi), from 0: parts + 1 ascending
+  // values, piece i = [split[i], split[i+1]) (empty where it lies outside) —
+  // the split a sharded collective over that range takes
+  // (allreduce/sharded.h).
+  std::vector<int64_t> split_within(int64_t lo, int64_t hi) const {
+    std::vector<int64_t> split;
+    for (int i = 0; i <= parts; ++i)
+      split.push_back(std::clamp(i == parts ? count : offset(i), lo, hi) - lo);
+    return split;
+  }
 };
 
 }  // namespace psar

@@ -59,7 +59,7 @@ LayerGather::LayerGather(Comm& group, ParamStore& store, std::vector<Range> laye
   for (const Range& range : ranges) {
     Bucket b;
     b.range = range;
-    b.split = owners_split(range);
+    b.split = shard_.split_within(range.first, range.second);
     b.pair = collectives_for(range);
     for (Slot& s : slots_) {
       if (s.range.first < range.first || s.range.second > range.second) continue;
@@ -93,15 +93,6 @@ std::unique_ptr<ShardedCollectives> LayerGather::collectives_for(Range range) co
   const int64_t even = (range.second - range.first + group_.size() - 1) / group_.size();
   options.segment_bytes = std::min(options.segment_bytes, std::max<int64_t>(4, 4 * even));
   return make_sharded_collectives(options_.algorithm, options);
-}
-
-std::vector<int64_t> LayerGather::owners_split(Range range) const {
-  std::vector<int64_t> split;
-  for (int q = 0; q <= group_.size(); ++q) {
-    const int64_t b = q == group_.size() ? shard_.count : shard_.offset(q);
-    split.push_back(std::clamp(b, range.first, range.second) - range.first);
-  }
-  return split;
 }
 
 LayerGather::~LayerGather() {

@@ -166,7 +166,6 @@ class LayerGather final : public pp::ParamGate, public pp::GradientSink {
   void queue_gather(size_t l, std::unique_lock<std::mutex>& lock);
   void submit(Task task, std::unique_lock<std::mutex>& lock);
   void run(Task task);  // the collective, off the lock
-  std::vector<int64_t> owners_split(Range range) const;
   // The pair for a layer's or a bucket's collectives: segments of at most
   // an even chunk of the range (4·⌈(end − begin)/N⌉ bytes).
   std::unique_ptr<ShardedCollectives> collectives_for(Range range) const;

@@ -201,10 +201,8 @@ class ZeroStep final : public Allreducer {
     const int64_t layers = (count + layer_ - 1) / layer_;
     auto layer = [&](std::span<float> v, int64_t l) {
       const int64_t lo = l * layer_, hi = std::min(count, lo + layer_);
-      std::vector<int64_t> split;
-      for (int q = 0; q <= comm.size(); ++q)
-        split.push_back(std::clamp(q == comm.size() ? count : owners.offset(q), lo, hi) - lo);
-      return std::pair{v.subspan(static_cast<size_t>(lo), static_cast<size_t>(hi - lo)), split};
+      return std::pair{v.subspan(static_cast<size_t>(lo), static_cast<size_t>(hi - lo)),
+                       owners.split_within(lo, hi)};
     };
     if (stage_ == 2) {
       for (int64_t l = layers - 1; l >= 0; --l) {

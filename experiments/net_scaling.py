@@ -319,9 +319,10 @@ def plot(exp, rows, out):
         plt.close(fig)
 
 
-def readme_blocks(exp, rows, out=None):
+def readme_blocks(exp, rows, zero_note=""):
     """The README's figures: the check's verdict, the notes' claims at the
-    first network and what the faster networks show, all from `rows`."""
+    first network and what the faster networks show, all from `rows`;
+    `zero_note`: the ZeRO rows' provenance (machine_zero.txt)."""
     chk, size = exp["check"], parse_bytes(exp["headline_size"])
     tol, min_size = float(chk["tolerance"]), parse_bytes(chk["min_size"])
     algos = exp["allreduce"]["algos"]
@@ -430,9 +431,8 @@ def readme_blocks(exp, rows, out=None):
         zero.append(f"- Bytes sent by the busiest rank: {len(counted) - len(wrong)} of "
                     f"{len(counted)} ZeRO measurements equal 2(N−1)/N·n (stages 1, 2) or "
                     "3(N−1)/N·n (stage 3) exactly" + (" — **not all**" if wrong else "") + ".")
-    prov = os.path.join(out, "machine_zero.txt") if out else None
-    if zero and prov and os.path.exists(prov):
-        zero.append("\nThe ZeRO rows' own run (machine_zero.txt): " + open(prov).read().strip())
+    if zero and zero_note:
+        zero.append("\nThe ZeRO rows' own run (machine_zero.txt): " + zero_note)
     blocks = {"README.md#check": check, "README.md#claims": "\n".join(claims) + "\n",
               "README.md#host": "\n".join(host) + "\n"}
     if zero:
@@ -443,17 +443,18 @@ def readme_blocks(exp, rows, out=None):
 def reports(exp, out, psar, blocks=False):
     """check.md and table.md from the CSVs and machine.txt in `out` (and,
     with `blocks`, the README's generated blocks)."""
-    path = os.path.join(out, "machine.txt")
-    note = open(path).read().strip() if os.path.exists(path) else ""
-    path = os.path.join(out, "machine_zero.txt")
-    if os.path.exists(path):
-        note += "\n\nThe ZeRO rows (machine_zero.txt): " + open(path).read().strip()
+    def read(name):
+        path = os.path.join(out, name)
+        return open(path).read().strip() if os.path.exists(path) else ""
+    note, zero_note = read("machine.txt"), read("machine_zero.txt")
+    if zero_note and zero_note != note:  # a run of the ZeRO rows alone (--zero)
+        note += "\n\nThe ZeRO rows (machine_zero.txt): " + zero_note
     rows = load(exp, out, psar)
     if not rows:
         raise runner.RunError(f"no measurements in {out}")
     texts = {"check.md": check_report(exp, rows, note), "table.md": table_report(exp, rows, note)}
     if blocks:
-        texts.update(readme_blocks(exp, rows, out))
+        texts.update(readme_blocks(exp, rows, zero_note))
     return texts
 
 
